@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Build, validate, tag and push one pinned PyTorch + CUDA image.
+
+    python build.py --cuda 12.8                      build and validate the default variant
+    python build.py --cuda 12.1 --push               ... and push it (needs a GPU host,
+                                                     or --allow-cpu-validation)
+    python build.py list                             the variant matrix
+    python build.py render [--check]                 regenerate (or check) the Dockerfiles
+
+Nothing is tagged before validation passed; nothing is pushed that was not
+validated; what is pushed is the very image that was tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from pipeline.errors import EXIT_CODES, PipelineError, UsageError
+from pipeline.variants import REPO_ROOT, load_matrix, resolve
+
+EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, like every other bad input
+        self.exit(2, f"build.py: {message} (see --help)\n")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="build.py",
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="build",
+        choices=["build", "list", "render"],
+        help="build (default): build, validate, tag and optionally push; list: show the variant matrix; "
+        "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs)",
+    )
+    parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
+    parser.add_argument(
+        "--torch",
+        help="torch version to require, e.g. 2.9 or 2.9.1; refused with a clear message when that torch has no "
+        "build for the CUDA line (default: the torch the matrix pins for the line)",
+    )
+    parser.add_argument(
+        "--push", action="store_true", help="push the validated image (all its tags) to --registry (default: Docker Hub naming)"
+    )
+    parser.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
+    parser.add_argument("--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)")
+    parser.add_argument(
+        "--ca-cert",
+        type=Path,
+        default=os.environ.get("BUILD_CA_CERT") or None,
+        metavar="FILE",
+        help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit "
+        "secret, never stored in a layer (default: $BUILD_CA_CERT)",
+    )
+    parser.add_argument(
+        "--allow-cpu-validation",
+        action="store_true",
+        help="on a host without a GPU, allow --push of an image validated on the CPU only "
+        "(the report and the label io.proven-torch.gpu-validated say false)",
+    )
+    parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
+    parser.add_argument("--check", action="store_true", help="with render: fail (exit 2) when a committed Dockerfile is stale")
+    parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    return parser
+
+
+def cmd_list(matrix) -> int:
+    print(f"{'variant':8} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} index")
+    for v in matrix.variants:
+        star = "*" if v.is_default else " "
+        print(f"{v.name + star:8} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.index}")
+        if v.note:
+            print(f"{'':8} note: {v.note}")
+    print("* default")
+    return 0
+
+
+def cmd_render(matrix, check: bool) -> int:
+    from pipeline.render import render_all, stale_dockerfiles
+
+    if check:
+        stale = stale_dockerfiles(matrix)
+        if stale:
+            names = ", ".join(p.name for p in stale)
+            raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
+        print(f"Dockerfiles up to date ({len(matrix.variants)} variants)")
+        return 0
+    for path in render_all(matrix):
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+def cmd_build(matrix, args) -> int:
+    from pipeline.run import BuildConfig, run
+
+    variant = resolve(matrix, args.cuda, args.torch)
+    if args.ca_cert is not None and not args.ca_cert.is_file():
+        raise UsageError(f"--ca-cert {args.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
+    config = BuildConfig(
+        matrix=matrix,
+        variant=variant,
+        push=args.push,
+        registry=args.registry,
+        repo=args.repo or matrix.name,
+        ca_cert=args.ca_cert,
+        allow_cpu_validation=args.allow_cpu_validation,
+        report_dir=args.report_dir,
+        verbose=args.verbose,
+    )
+    result = run(config)
+    print("==> done: " + ", ".join(result.tags) + (" (pushed)" if result.pushed else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        if args.command == "list":
+            return cmd_list(matrix)
+        if args.command == "render":
+            return cmd_render(matrix, args.check)
+        return cmd_build(matrix, args)
+    except PipelineError as err:
+        print(f"build.py: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("build.py: interrupted; nothing was tagged or pushed", file=sys.stderr)
+        return 130
+    except Exception as err:  # a bug: one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        print(f"build.py: unexpected error: {type(err).__name__}: {err} (rerun with --debug and report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

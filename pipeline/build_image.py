@@ -1,0 +1,150 @@
+"""Build one variant with BuildKit, streaming progress, without tagging it.
+
+The image is built by ID only (`--iidfile`): a tag is given later, and only
+after validation passed, so a failed build or a failed check leaves nothing
+tagged behind.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pipeline.docker_env import BuildCli
+from pipeline.errors import BuildFailed, Interrupted, UsageError
+from pipeline.render import dockerfile_path, stale_dockerfiles
+from pipeline.variants import REPO_ROOT, Matrix, Variant
+
+_STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
+_DONE = re.compile(r"^#\d+ (DONE|CACHED|ERROR)")
+
+# What pip prints when it cannot reach an index, and what it prints for TLS.
+_TLS_PATTERNS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "SSLError")
+_NETWORK_PATTERNS = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "ProxyError",
+    "Max retries exceeded",
+    "Connection refused",
+    "Network is unreachable",
+    "Read timed out",
+    "ConnectTimeoutError",
+    "403 Client Error",
+    "(from versions: none)",
+)
+_HASH_PATTERNS = ("DO NOT MATCH THE HASHES", "hash mismatch")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    seconds: float
+    log_path: Path
+
+
+def build_args(revision: str, created: str, gpu_validated: bool) -> dict[str, str]:
+    return {
+        "SOURCE": "https://github.com/proven-torch/proven-torch",
+        "REVISION": revision,
+        "CREATED": created,
+        "GPU_VALIDATED": "true" if gpu_validated else "false",
+    }
+
+
+def build_command(
+    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None
+) -> list[str]:
+    argv = [*cli.argv, "--progress=plain", "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
+    for key, value in args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    if ca_cert is not None:
+        argv += ["--secret", f"id=pip_ca,src={ca_cert}"]
+    argv.append(str(REPO_ROOT))
+    return argv
+
+
+def classify_failure(log_tail: str, variant: Variant, log_path: Path) -> str:
+    """One line that says why the build failed and what to do."""
+    host = urlparse(variant.index).netloc or variant.index
+    if any(p in log_tail for p in _TLS_PATTERNS):
+        return (
+            f"TLS verification failed while downloading wheels from {host}: behind a TLS-intercepting "
+            f"proxy, pass its CA bundle with --ca-cert FILE (full log: {log_path})"
+        )
+    if any(p in log_tail for p in _HASH_PATTERNS):
+        return f"a downloaded wheel did not match the hash in the lock file; regenerate the lock or check the index (full log: {log_path})"
+    if any(p in log_tail for p in _NETWORK_PATTERNS):
+        where = "PyTorch's wheel index" if "pytorch.org" in host else "the package index"
+        return (
+            f"network error: could not download torch {variant.torch} for CUDA {variant.cuda} from {where} "
+            f"({variant.index}); build {variant.name} on a host that can reach {host} (full log: {log_path})"
+        )
+    failed = [line for line in log_tail.splitlines() if _STEP.match(line)]
+    step = failed[-1].split("] ", 1)[-1][:100] if failed else "unknown step"
+    return f"docker build failed at: {step} (full log: {log_path})"
+
+
+def _show(line: str, verbose: bool) -> bool:
+    if verbose:
+        return "━" not in line
+    return bool(_STEP.match(line) or _DONE.match(line) or "ERROR" in line or line.startswith("#0 error"))
+
+
+def build_image(
+    cli: BuildCli,
+    matrix: Matrix,
+    variant: Variant,
+    out_dir: Path,
+    args: dict[str, str],
+    ca_cert: Path | None,
+    verbose: bool = False,
+) -> BuildResult:
+    """Run `docker build` for the variant; return the untagged image ID."""
+    if ca_cert is not None and not ca_cert.is_file():
+        raise UsageError(f"--ca-cert {ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
+    if dockerfile_path(variant) in stale_dockerfiles(matrix):
+        raise UsageError(
+            f"{dockerfile_path(variant).name} is out of date with images/; run `python build.py render` and commit"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    iidfile = out_dir / "image-id"
+    iidfile.unlink(missing_ok=True)
+    log_path = out_dir / "build.log"
+    argv = build_command(cli, variant, iidfile, args, ca_cert)
+    print(f"==> build {variant.name} with {cli.description} (log: {log_path})", flush=True)
+    start = time.monotonic()
+    tail: list[str] = []
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.environ(), errors="replace"
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                tail.append(line)
+                del tail[:-200]
+                if _show(line.rstrip(), verbose):
+                    elapsed = time.monotonic() - start
+                    print(f"  [{elapsed:6.1f}s] {line.rstrip()[:160]}", flush=True)
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise Interrupted("interrupted during docker build; nothing was tagged or pushed") from None
+    seconds = time.monotonic() - start
+    if proc.returncode != 0 or not iidfile.exists():
+        raise BuildFailed(classify_failure("".join(tail), variant, log_path))
+    image_id = iidfile.read_text().strip()
+    print(f"==> built {image_id[:19]} in {seconds:.0f}s (untagged until validated)", flush=True)
+    return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)
+

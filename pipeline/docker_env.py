@@ -1,0 +1,88 @@
+"""Find the Docker pieces the pipeline needs: the daemon (SDK), a BuildKit CLI, GPUs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import DockerUnavailable
+
+# Candidate CLIs in order. A client without the buildx plugin cannot use
+# BuildKit from Docker 23 on; Debian's 20.10 CLI can with DOCKER_BUILDKIT=1.
+_CLI_CANDIDATES = ("docker", "/usr/bin/docker")
+
+
+@dataclass(frozen=True)
+class BuildCli:
+    """A docker CLI that can build with BuildKit: argv prefix and environment."""
+
+    argv: tuple[str, ...]  # ("docker", "buildx", "build") or ("/usr/bin/docker", "build")
+    env: tuple[tuple[str, str], ...]
+    description: str
+
+    def environ(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(dict(self.env))
+        return env
+
+
+def _run_quiet(argv: list[str]) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def find_build_cli() -> BuildCli:
+    """The first docker CLI that can drive BuildKit (secrets, cache mounts)."""
+    candidates = [os.environ["DOCKER_CLI"]] if os.environ.get("DOCKER_CLI") else list(_CLI_CANDIDATES)
+    tried = []
+    for candidate in candidates:
+        exe = shutil.which(candidate) or (candidate if Path(candidate).is_file() else None)
+        if not exe:
+            continue
+        buildx = _run_quiet([exe, "buildx", "version"])
+        if buildx and buildx.returncode == 0:
+            return BuildCli((exe, "buildx", "build", "--load"), (), f"{exe} buildx")
+        version = _run_quiet([exe, "version", "--format", "{{.Client.Version}}"])
+        client = version.stdout.strip() if version else ""
+        major = re.match(r"(\d+)\.", client)
+        if major and int(major.group(1)) < 23:
+            return BuildCli((exe, "build"), (("DOCKER_BUILDKIT", "1"),), f"{exe} {client} with DOCKER_BUILDKIT=1")
+        tried.append(f"{exe} ({client or 'unknown version'}, no buildx)")
+    raise DockerUnavailable(
+        "no docker CLI that can use BuildKit: tried "
+        + (", ".join(tried) or "none found on PATH")
+        + "; install the buildx plugin or Debian's docker.io, or set DOCKER_CLI"
+    )
+
+
+def docker_client():
+    """A Docker SDK client that has answered a ping."""
+    import docker  # host dependency; imported here so `--help` works without it
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as err:  # the SDK raises several unrelated types here
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise DockerUnavailable(
+            f"cannot reach the Docker daemon at {host} ({reason}); start Docker "
+            "(e.g. `sudo systemctl start docker`, or scripts/prepare-host.sh) and retry"
+        ) from None
+    return client
+
+
+def host_gpu_count() -> int:
+    """How many NVIDIA GPUs this host has (0 when none or no driver)."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        result = _run_quiet([smi, "-L"])
+        if result and result.returncode == 0:
+            return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
+    return 0

@@ -1,0 +1,67 @@
+"""Typed errors of the build pipeline, each with its documented exit code.
+
+Library code raises these; build.py's main() turns them into one line on
+stderr and the exit code below. The README's "Exit codes" table lists them.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base class: `str(err)` is the one line shown to the user."""
+
+    exit_code = 1
+
+
+class UsageError(PipelineError):
+    """Bad input: unknown CUDA line, a combination that does not exist, a missing file."""
+
+    exit_code = 2
+
+
+class MatrixError(PipelineError):
+    """images/variants.toml is malformed or incomplete."""
+
+    exit_code = 2
+
+
+class DockerUnavailable(PipelineError):
+    """The Docker daemon cannot be reached, or no BuildKit-capable client exists."""
+
+    exit_code = 3
+
+
+class BuildFailed(PipelineError):
+    """`docker build` failed (including: the wheel index could not be reached)."""
+
+    exit_code = 4
+
+
+class ValidationFailed(PipelineError):
+    """The built image did not pass its checks; nothing was tagged."""
+
+    exit_code = 5
+
+
+class PushFailed(PipelineError):
+    """The registry could not be reached or refused the push."""
+
+    exit_code = 6
+
+
+class Interrupted(PipelineError):
+    """Ctrl-C: the running step was stopped; nothing was tagged or pushed."""
+
+    exit_code = 130
+
+
+EXIT_CODES = {
+    0: "success",
+    1: "unexpected internal error (a bug: please report it with the traceback from --debug)",
+    UsageError.exit_code: "bad input: unknown CUDA line, nonexistent torch/CUDA combination, malformed matrix, missing file",
+    DockerUnavailable.exit_code: "Docker daemon unreachable or no BuildKit-capable docker CLI",
+    BuildFailed.exit_code: "docker build failed (network errors reaching the wheel index included)",
+    ValidationFailed.exit_code: "validation failed: the image was not tagged",
+    PushFailed.exit_code: "push failed: registry unreachable or refused",
+    Interrupted.exit_code: "interrupted (Ctrl-C): nothing tagged or pushed",
+}

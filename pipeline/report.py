@@ -1,0 +1,65 @@
+"""The validation report: one JSON file per build, next to what the checks wrote."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict
+from pathlib import Path
+
+from pipeline.validate import Validation
+from pipeline.variants import Variant
+
+
+def write_report(
+    path: Path,
+    *,
+    variant: Variant,
+    image_id: str,
+    build_seconds: float,
+    created: str,
+    revision: str,
+    validation: Validation | None,
+    status: str,
+    tags: list[str] | None = None,
+    pushed: dict[str, str] | None = None,
+    error: str | None = None,
+) -> Path:
+    """Write (or rewrite) the report; return its path."""
+    report = {
+        "schema": 1,
+        "status": status,  # "validated", "failed", "pushed"
+        "error": error,
+        "variant": variant.name,
+        "pins": {k: v for k, v in asdict(variant).items() if k not in ("ppo_gate", "packages")},
+        "packages": dict(variant.packages),
+        "image_id": image_id,
+        "created": created,
+        "revision": revision,
+        "build_seconds": round(build_seconds, 1),
+        "gpu": validation.gpu if validation else None,
+        "validation": None
+        if validation is None
+        else {
+            "ok": validation.ok,
+            "seconds": round(validation.seconds, 1),
+            "failures": list(validation.failures),
+            "smoke": validation.smoke,
+            "ppo": validation.ppo,
+            "ppo_cpu": validation.ppo_cpu,
+            "gpu_cpu_sps_ratio": _ratio(validation),
+        },
+        "tags": tags or [],
+        "pushed": pushed or {},
+        "host": {"machine": platform.machine(), "system": platform.platform()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def _ratio(validation: Validation) -> float | None:
+    if not validation.ppo_cpu:
+        return None
+    gpu, cpu = validation.ppo.get("sps_end_to_end"), validation.ppo_cpu.get("sps_end_to_end")
+    return round(gpu / cpu, 2) if gpu and cpu else None

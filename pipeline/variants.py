@@ -1,0 +1,229 @@
+"""Load the variant matrix (images/variants.toml) and resolve a request to one variant."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import MatrixError, UsageError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MATRIX_PATH = REPO_ROOT / "images" / "variants.toml"
+
+_VARIANT_KEYS = {
+    "cuda": str,
+    "torch": str,
+    "torchvision": str,
+    "torchaudio": str,
+    "index": str,
+    "cudnn": int,
+    "nccl": str,
+    "min_driver": str,
+}
+_PROJECT_KEYS = {
+    "name": str,
+    "default_cuda": str,
+    "base_image": str,
+    "base_suite": str,
+    "python": str,
+    "user": str,
+    "uid": int,
+    "gid": int,
+}
+_GATE_KEYS = {
+    "env_id": str,
+    "backend": str,
+    "target_return": float,
+    "total_timesteps": int,
+    "seed": int,
+}
+
+
+@dataclass(frozen=True)
+class PpoGate:
+    env_id: str
+    backend: str
+    target_return: float
+    total_timesteps: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One CUDA line of the matrix, with everything the build and the checks need."""
+
+    name: str  # "cu128"
+    cuda: str  # "12.8"
+    torch: str
+    torchvision: str
+    torchaudio: str
+    index: str
+    cudnn: int
+    nccl: str
+    min_driver: str
+    note: str
+    # copied from [project] / [packages] so a Variant is self-contained
+    python: str
+    base_image: str
+    packages: tuple[tuple[str, str], ...]
+    ppo_gate: PpoGate
+    is_default: bool
+
+    @property
+    def torch_minor(self) -> str:
+        return ".".join(self.torch.split(".")[:2])
+
+    @property
+    def uses_pypi(self) -> bool:
+        return "pypi.org" in self.index
+
+    def expectations(self, require_gpu: bool) -> dict:
+        """What the smoke checks inside the image must find."""
+        return {
+            "variant": self.name,
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "nccl": self.nccl,
+            "python": self.python,
+            "min_driver": self.min_driver,
+            "require_gpu": require_gpu,
+        }
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    name: str
+    default_cuda: str
+    base_image: str
+    base_suite: str
+    python: str
+    user: str
+    uid: int
+    gid: int
+    packages: tuple[tuple[str, str], ...]
+    ppo_gate: PpoGate
+    variants: tuple[Variant, ...]
+
+    def cuda_lines(self) -> list[str]:
+        return [v.cuda for v in self.variants]
+
+    def by_name(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise UsageError(f"unknown variant {name!r}; the matrix has {', '.join(v.name for v in self.variants)}")
+
+
+def _typed(table: dict, keys: dict, where: str, path: Path) -> dict:
+    if not isinstance(table, dict):
+        raise MatrixError(f"{path}: [{where}] must be a table")
+    out = {}
+    for key, typ in keys.items():
+        if key not in table:
+            raise MatrixError(f"{path}: [{where}] is missing {key!r}; add it (see the other entries)")
+        value = table[key]
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise MatrixError(f"{path}: [{where}] {key!r} must be a {typ.__name__}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def load_matrix(path: Path | str | None = None) -> Matrix:
+    """Parse and check the matrix file; raise MatrixError naming the problem."""
+    path = Path(path) if path else MATRIX_PATH
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: matrix file not found; run from a checkout of the repository") from None
+    except tomllib.TOMLDecodeError as err:
+        raise MatrixError(f"{path}: not valid TOML ({err}); fix the file or `git checkout` it") from None
+
+    project = _typed(data.get("project", {}), _PROJECT_KEYS, "project", path)
+    gate = PpoGate(**_typed(data.get("ppo_gate", {}), _GATE_KEYS, "ppo_gate", path))
+    packages_table = data.get("packages", {})
+    if not isinstance(packages_table, dict) or not all(isinstance(v, str) for v in packages_table.values()):
+        raise MatrixError(f"{path}: [packages] must map package names to version strings")
+    packages = tuple(sorted(packages_table.items()))
+
+    raw_variants = data.get("variants")
+    if not isinstance(raw_variants, dict) or not raw_variants:
+        raise MatrixError(f"{path}: no [variants.*] entries")
+    variants = []
+    for name, table in raw_variants.items():
+        fields = _typed(table, _VARIANT_KEYS, f"variants.{name}", path)
+        expected_name = "cu" + fields["cuda"].replace(".", "")
+        if name != expected_name:
+            raise MatrixError(f"{path}: [variants.{name}] has cuda {fields['cuda']!r}; name it {expected_name!r}")
+        for key in ("torch", "torchvision", "torchaudio"):
+            if not re.fullmatch(r"\d+\.\d+\.\d+", fields[key]):
+                raise MatrixError(f"{path}: [variants.{name}] {key} {fields[key]!r} is not an exact X.Y.Z pin")
+        variants.append(
+            Variant(
+                name=name,
+                note=str(table.get("note", "")),
+                python=project["python"],
+                base_image=project["base_image"],
+                packages=packages,
+                ppo_gate=gate,
+                is_default=fields["cuda"] == project["default_cuda"],
+                **fields,
+            )
+        )
+    if not any(v.is_default for v in variants):
+        raise MatrixError(f"{path}: default_cuda {project['default_cuda']!r} matches no variant")
+    return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), **project)
+
+
+def _normalise_cuda(text: str) -> str:
+    text = text.strip().lower()
+    match = re.fullmatch(r"cu(\d+)(\d)", text)  # cu128 -> 12.8, cu118 -> 11.8
+    if match:
+        return f"{match.group(1)}.{match.group(2)}"
+    return text
+
+
+def _version_matches(requested: str, pinned: str) -> bool:
+    req = requested.strip().split(".")
+    return pinned.split(".")[: len(req)] == req
+
+
+def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Variant:
+    """Pick the variant for a requested CUDA line (and optionally torch version).
+
+    Raises UsageError with one line that says what exists instead.
+    """
+    cuda = _normalise_cuda(cuda) if cuda else matrix.default_cuda
+    lines = ", ".join(matrix.cuda_lines())
+    if not re.fullmatch(r"\d+\.\d+", cuda):
+        raise UsageError(f"--cuda {cuda!r} is not a CUDA line like 12.8; choose one of: {lines}")
+    by_cuda = [v for v in matrix.variants if v.cuda == cuda]
+    if torch is None:
+        if not by_cuda:
+            raise UsageError(f"unknown CUDA line {cuda}; this matrix has {lines}")
+        return by_cuda[0]
+
+    if not re.fullmatch(r"\d+(\.\d+){0,2}", torch.strip()):
+        raise UsageError(f"--torch {torch!r} is not a version like 2.9 or 2.9.1")
+    with_torch = [v for v in matrix.variants if _version_matches(torch, v.torch)]
+    match = [v for v in by_cuda if v in with_torch]
+    if match:
+        return match[0]
+    if not with_torch:
+        known = ", ".join(sorted({v.torch for v in matrix.variants}))
+        raise UsageError(f"no torch {torch} in the matrix; it has torch {known}")
+    has = ", ".join(v.cuda for v in with_torch)
+    if by_cuda:
+        newest = by_cuda[0]
+        raise UsageError(
+            f"torch {torch} has no CUDA {cuda} build (torch {torch} has CUDA {has}); "
+            f"the newest torch with CUDA {cuda} is {newest.torch}: run with --cuda {cuda} and no --torch"
+        )
+    raise UsageError(f"torch {torch} has no CUDA {cuda} build; torch {torch} has CUDA {has}")

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Prepare a host to build and test the images. Idempotent: every step checks
+# first and does nothing when its piece is already there.
+#
+#   1. Docker Engine (Debian's docker.io) running, with a BuildKit-capable CLI
+#   2. the base image named in images/variants.toml (pulled, or made with
+#      debootstrap on hosts that cannot reach a registry)
+#   3. the host virtual environment .venv with requirements-dev.txt
+#   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium
+#
+# Needs root for the package installs and for starting dockerd; on a host where
+# Docker already runs and the packages are present it needs nothing.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+TEST_TOOLS=0
+[[ "${1:-}" == "--test-tools" ]] && TEST_TOOLS=1
+
+STATE_DIR=${PROVEN_TORCH_STATE:-/var/lib/proven-torch}
+LOG_DIR=${STATE_DIR}/logs
+REGISTRY_ADDR=${REGISTRY_ADDR:-127.0.0.1:5000}
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'prepare-host: %s\n' "$*" >&2; exit 1; }
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+
+have dockerd || need_apt+=(docker.io)
+if (( TEST_TOOLS )); then
+    have docker-registry || need_apt+=(docker-registry)
+    have ssh || need_apt+=(openssh-client)
+    have ssh-keygen || need_apt+=(openssh-client)
+    have chromium || need_apt+=(chromium)
+fi
+have debootstrap || need_apt+=(debootstrap)
+
+if ((${#need_apt[@]})); then
+    [[ $(id -u) == 0 ]] || die "missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or rerun as root"
+    say "installing ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+mkdir -p "$LOG_DIR"
+
+# --- 1. Docker Engine ------------------------------------------------------
+# A client is on PATH but a daemon may not run; start Debian's dockerd.
+if ! docker info >/dev/null 2>&1 && ! /usr/bin/docker info >/dev/null 2>&1; then
+    [[ $(id -u) == 0 ]] || die "Docker daemon is not running and this user cannot start it; start Docker and rerun"
+    say "starting dockerd (log: $LOG_DIR/dockerd.log)"
+    nohup dockerd >"$LOG_DIR/dockerd.log" 2>&1 &
+    for _ in $(seq 1 60); do
+        /usr/bin/docker info >/dev/null 2>&1 && break
+        sleep 1
+    done
+    /usr/bin/docker info >/dev/null 2>&1 || die "dockerd did not come up within 60 s; see $LOG_DIR/dockerd.log"
+fi
+say "Docker Engine: $(/usr/bin/docker version --format '{{.Server.Version}}' 2>/dev/null || docker version --format '{{.Server.Version}}')"
+
+DOCKER=docker
+docker info >/dev/null 2>&1 || DOCKER=/usr/bin/docker
+
+# --- 3. host virtual environment (before 2: reading the matrix needs Python only)
+if [[ ! -x .venv/bin/python ]] || ! cmp -s requirements-dev.txt .venv/.requirements-dev.txt; then
+    say "creating .venv from requirements-dev.txt"
+    python3 -m venv .venv
+    .venv/bin/pip install -q -r requirements-dev.txt
+    cp requirements-dev.txt .venv/.requirements-dev.txt
+fi
+
+# --- 2. base image -----------------------------------------------------------
+BASE_IMAGE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_image)')
+BASE_SUITE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_suite)')
+if ! $DOCKER image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    if $DOCKER pull "$BASE_IMAGE" >/dev/null 2>&1; then
+        say "pulled $BASE_IMAGE"
+    else
+        say "no registry reachable: making $BASE_IMAGE with debootstrap ($BASE_SUITE, minbase)"
+        rootfs=$(mktemp -d)
+        debootstrap --variant=minbase "$BASE_SUITE" "$rootfs" http://deb.debian.org/debian >"$LOG_DIR/debootstrap.log" 2>&1 \
+            || die "debootstrap failed; see $LOG_DIR/debootstrap.log"
+        # Keep the image slim the way the official -slim images do.
+        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+        tar -C "$rootfs" -c . | $DOCKER import --change 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
+        rm -rf "$rootfs"
+        say "imported $BASE_IMAGE"
+    fi
+fi
+
+# --- 4. test tools: a real registry on 127.0.0.1 -----------------------------
+if (( TEST_TOOLS )); then
+    if ! curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+        mkdir -p "$STATE_DIR/registry"
+        cat >"$STATE_DIR/registry.yml" <<EOF
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $STATE_DIR/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+EOF
+        say "starting docker-registry on $REGISTRY_ADDR (log: $LOG_DIR/registry.log)"
+        nohup docker-registry serve "$STATE_DIR/registry.yml" >"$LOG_DIR/registry.log" 2>&1 &
+        for _ in $(seq 1 30); do
+            curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 && break
+            sleep 1
+        done
+        curl -fsS "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1 || die "registry did not answer on $REGISTRY_ADDR; see $LOG_DIR/registry.log"
+    fi
+    say "registry: http://$REGISTRY_ADDR"
+fi
+say "host ready ($ROOT)"
