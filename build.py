@@ -48,7 +48,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
     parser.add_argument(
         "--torch",
-        help="torch version to require, e.g. 2.9 or 2.9.1; refused with a clear message when that torch has no "
+        help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
         "build for the CUDA line (default: the torch the matrix pins for the line)",
     )
     parser.add_argument(

@@ -211,7 +211,7 @@ def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Varia
         return by_cuda[0]
 
     if not re.fullmatch(r"\d+(\.\d+){0,2}", torch.strip()):
-        raise UsageError(f"--torch {torch!r} is not a version like 2.9 or 2.9.1")
+        raise UsageError(f"--torch {torch!r} is not a version like X.Y or X.Y.Z")
     with_torch = [v for v in matrix.variants if _version_matches(torch, v.torch)]
     match = [v for v in by_cuda if v in with_torch]
     if match:

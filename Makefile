@@ -1,0 +1,31 @@
+# The two commands of the README. Both prepare the host first (idempotent).
+#   make image   build and validate the default image (cu128)
+#   make test    run the test suite: unit + image tests (Docker, no GPU)
+
+CUDA ?= 12.8
+PYTHON := .venv/bin/python
+# On hosts behind a TLS-intercepting proxy pip inside the build must trust its
+# CA; the host's system bundle holds it. Passed as a BuildKit secret, never a layer.
+CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+CA_FLAG := $(if $(CA_CERT),--ca-cert $(CA_CERT))
+PYTEST_ARGS ?=
+
+.PHONY: image test unit lint bench-build
+
+image:
+	bash scripts/prepare-host.sh
+	$(PYTHON) build.py --cuda $(CUDA) $(CA_FLAG)
+
+test:
+	bash scripts/prepare-host.sh --test-tools
+	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "unit or image" $(PYTEST_ARGS)
+
+unit:
+	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)
+
+lint:
+	$(PYTHON) build.py render --check
+	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py
+
+bench-build:
+	bash scripts/bench-build.sh

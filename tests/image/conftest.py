@@ -1,0 +1,77 @@
+"""The cu128 image, built, validated and pushed once per test session.
+
+The session fixture runs the real pipeline (build.py's stages): BuildKit build,
+validation inside containers, tagging, push to the registry on 127.0.0.1:5000.
+Every other image test uses the image it produced.
+
+Set PROVEN_TORCH_TEST_IMAGE=<image id or ref> to reuse an image while
+developing; CI never sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.docker_env import docker_client
+from pipeline.errors import DockerUnavailable
+from pipeline.run import BuildConfig, RunResult, run
+from pipeline.variants import load_matrix, resolve
+from tests.conftest import docker_required
+
+REGISTRY = os.environ.get("TEST_REGISTRY", "localhost:5000")
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def ca_cert() -> Path | None:
+    if os.environ.get("BUILD_CA_CERT"):
+        return Path(os.environ["BUILD_CA_CERT"])
+    return SYSTEM_CA if SYSTEM_CA.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def docker():
+    try:
+        return docker_client()
+    except DockerUnavailable as err:
+        if docker_required():
+            pytest.fail(f"Docker is required here (CI): {err}")
+        pytest.skip(f"no Docker: {err}")
+
+
+@pytest.fixture(scope="session")
+def matrix():
+    return load_matrix()
+
+
+@pytest.fixture(scope="session")
+def variant(matrix):
+    return resolve(matrix, matrix.default_cuda)
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(docker, matrix, variant, tmp_path_factory) -> RunResult | None:
+    """Build, validate and push the default variant through the real pipeline."""
+    if os.environ.get("PROVEN_TORCH_TEST_IMAGE"):
+        return None
+    config = BuildConfig(
+        matrix=matrix,
+        variant=variant,
+        push=True,
+        registry=REGISTRY,
+        repo="proven-torch-test",
+        ca_cert=ca_cert(),
+        allow_cpu_validation=True,
+        report_dir=tmp_path_factory.mktemp("reports"),
+    )
+    return run(config)
+
+
+@pytest.fixture(scope="session")
+def image(docker, pipeline_run) -> str:
+    """The ID of the validated cu128 image."""
+    if pipeline_run is None:
+        return docker.images.get(os.environ["PROVEN_TORCH_TEST_IMAGE"]).id
+    return pipeline_run.image_id

@@ -1,0 +1,226 @@
+"""Rendering, tags, failure messages and build.py's exit codes — no Docker needed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.build_image import build_command, classify_failure
+from pipeline.docker_env import BuildCli
+from pipeline.errors import UsageError, ValidationFailed
+from pipeline.render import HEADER, dockerfile_path, render, stale_dockerfiles
+from pipeline.run import BuildConfig, check_push_allowed
+from pipeline.tags import compute_tags, image_ref
+from pipeline.variants import REPO_ROOT, load_matrix, resolve
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+@pytest.fixture(scope="module")
+def cu128(matrix):
+    return resolve(matrix, "12.8")
+
+
+# --- rendering ---------------------------------------------------------------
+
+
+def test_committed_dockerfiles_are_not_stale(matrix):
+    assert stale_dockerfiles(matrix) == []
+
+
+@pytest.mark.parametrize("name", ["cu118", "cu121", "cu126", "cu128", "cu130"])
+def test_each_variant_has_a_top_level_dockerfile(matrix, name):
+    path = REPO_ROOT / f"Dockerfile.{name}"
+    assert path.exists()
+    assert path.read_text().startswith(HEADER)
+
+
+def test_rendered_dockerfile_pins_the_variant(matrix):
+    text = render(matrix, resolve(matrix, "11.8"))
+    assert '"torch==2.7.1"' in text and '"torchvision==0.22.1"' in text
+    assert "--index-url https://download.pytorch.org/whl/cu118" in text
+    assert "{{" not in text
+
+
+def test_rendered_dockerfile_sets_nvidia_variables(matrix, cu128):
+    text = render(matrix, cu128)
+    assert "NVIDIA_VISIBLE_DEVICES=all" in text
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in text
+
+
+def test_no_secret_enters_a_layer(matrix, cu128):
+    text = render(matrix, cu128)
+    assert "--mount=type=secret,id=pip_ca" in text
+    assert not re.search(r"^(COPY|ADD)\b.*(\.crt|\.pem|secret)", text, re.M)
+    assert "/etc/ssh/ssh_host_" in text  # host keys of the package removed in the same RUN
+
+
+def test_project_files_come_after_every_pip_layer(matrix, cu128):
+    lines = render(matrix, cu128).splitlines()
+    last_pip = max(i for i, line in enumerate(lines) if "pip install" in line)
+    first_copy = min(i for i, line in enumerate(lines) if line.startswith("COPY"))
+    assert first_copy > last_pip
+
+
+def test_drift_is_detected(tmp_path, matrix, cu128):
+    (tmp_path / "Dockerfile.cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
+    stale = {p.name for p in stale_dockerfiles(matrix, root=tmp_path)}
+    assert "Dockerfile.cu128" in stale and "Dockerfile.cu118" in stale  # edited and missing
+
+
+def test_unknown_placeholder_fails(matrix, cu128):
+    with pytest.raises(KeyError, match="NOPE"):
+        render(matrix, cu128, template="FROM {{NOPE}}")
+
+
+# --- one source of truth -----------------------------------------------------
+
+_PINS = ("2.9.1", "2.7.1", "2.5.1", "0.24.1", "0.22.1", "0.20.1", "91002", "2.27.5")
+_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "container", "scripts", ".ci", ".github")
+
+
+def test_no_version_pin_outside_the_matrix():
+    offenders = []
+    for folder in _CODE_DIRS:
+        for path in (REPO_ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".sh", ".yml", ".yaml", ".conf", ""} and "__pycache__" not in path.parts:
+                text = path.read_text(errors="replace")
+                offenders += [f"{path.relative_to(REPO_ROOT)}: {pin}" for pin in _PINS if re.search(rf"(?<![\d.]){re.escape(pin)}(?![\d.])", text)]
+    assert offenders == []
+
+
+# --- tags --------------------------------------------------------------------
+
+
+def _smoke(torch="2.9.1", cuda="12.8", python="3.11.2"):
+    return {"facts": {"torch_release": torch, "torch": f"{torch}+cu128", "cuda": cuda, "python": python}}
+
+
+def test_tags_come_from_the_image(cu128):
+    immutable, moving = compute_tags(cu128, _smoke(), "20261203", "abc1234")
+    assert immutable == "2.9.1-cu128-py3.11-20261203-abc1234"
+    assert moving == ["2.9-cu128", "latest"]
+
+
+def test_only_the_default_variant_moves_latest(matrix):
+    cu126 = resolve(matrix, "12.6")
+    _, moving = compute_tags(cu126, _smoke(cuda="12.6"), "20261203", "abc1234")
+    assert moving == ["2.9-cu126"]
+
+
+@pytest.mark.parametrize(
+    ("facts", "what"),
+    [({"torch": "2.9.0"}, "torch 2.9.0"), ({"cuda": "12.6"}, "CUDA 12.6"), ({"python": "3.12.1"}, "Python 3.12"), ({"cuda": None}, "CUDA unknown")],
+)
+def test_tag_refused_when_image_differs_from_pins(cu128, facts, what):
+    with pytest.raises(ValidationFailed, match=re.escape(what)):
+        compute_tags(cu128, _smoke(**facts), "20261203", "abc1234")
+
+
+def test_image_ref():
+    assert image_ref("proven-torch", "localhost:5000/") == "localhost:5000/proven-torch"
+    assert image_ref("proven-torch", None) == "proven-torch"
+
+
+# --- build command and failures ----------------------------------------------
+
+
+def test_build_command_passes_ca_as_secret_and_no_tag(cu128, tmp_path):
+    cli = BuildCli(("/usr/bin/docker", "build"), (("DOCKER_BUILDKIT", "1"),), "test")
+    argv = build_command(cli, cu128, tmp_path / "iid", {"REVISION": "abc"}, Path("/etc/ssl/ca.pem"))
+    assert argv[argv.index("--secret") + 1] == "id=pip_ca,src=/etc/ssl/ca.pem"
+    assert "-t" not in argv and "--tag" not in argv
+    assert argv[argv.index("-f") + 1] == str(dockerfile_path(cu128))
+
+
+def test_network_failure_names_the_index(matrix, tmp_path):
+    cu118 = resolve(matrix, "11.8")
+    log = "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection')\nERROR: No matching distribution found for torch==2.7.1"
+    message = classify_failure(log, cu118, tmp_path / "build.log")
+    assert message.startswith("network error: could not download torch 2.7.1 for CUDA 11.8 from PyTorch's wheel index")
+    assert "download.pytorch.org" in message and "\n" not in message
+
+
+def test_tls_failure_suggests_ca_cert(cu128, tmp_path):
+    message = classify_failure("SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED]", cu128, tmp_path / "b.log")
+    assert "--ca-cert" in message
+
+
+def test_other_failure_names_the_step(cu128, tmp_path):
+    log = "#7 [stage-0 3/9] RUN useradd --uid 1000\n#7 ERROR: process did not complete\n"
+    assert "RUN useradd" in classify_failure(log, cu128, tmp_path / "b.log")
+
+
+# --- push policy ----------------------------------------------------------------
+
+
+def test_push_without_gpu_needs_explicit_consent(matrix, cu128):
+    config = BuildConfig(matrix=matrix, variant=cu128, push=True)
+    with pytest.raises(UsageError, match="--allow-cpu-validation"):
+        check_push_allowed(config, gpus=0)
+    check_push_allowed(BuildConfig(matrix=matrix, variant=cu128, push=True, allow_cpu_validation=True), gpus=0)
+    check_push_allowed(config, gpus=2)
+
+
+# --- the CLI, end to end, as a user runs it ----------------------------------------
+
+
+def _cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "build.py"), *args],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_help_explains_every_flag():
+    out = _cli("--help").stdout
+    for flag in ("--cuda", "--torch", "--push", "--registry", "--repo", "--ca-cert", "--allow-cpu-validation"):
+        assert flag in out
+    assert "exit codes:" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("--cuda", "12.1", "--torch", "2.9"), 2, "torch 2.9 has no CUDA 12.1 build"),
+        (("--cuda", "9.9"), 2, "unknown CUDA line 9.9"),
+        (("--ca-cert", "/nonexistent/ca.pem"), 2, "--ca-cert /nonexistent/ca.pem: no such file"),
+        (("--push",), 2, "--allow-cpu-validation"),
+        (("--bogus",), 2, "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, code, text):
+    result = _cli(*args)
+    assert result.returncode == code, result.stderr
+    assert text in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_matrix_exit_2(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_text("not = [valid")
+    result = _cli("--matrix", str(bad), "list")
+    assert result.returncode == 2 and "not valid TOML" in result.stderr
+
+
+def test_unreachable_docker_exit_3(tmp_path):
+    result = _cli("--cuda", "12.8", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    assert result.returncode == 3, result.stderr
+    assert "cannot reach the Docker daemon" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_render_check_passes_on_a_clean_checkout():
+    result = _cli("render", "--check")
+    assert result.returncode == 0, result.stderr

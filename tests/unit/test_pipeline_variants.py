@@ -1,0 +1,116 @@
+"""Resolving requests against the matrix, and the matrix's own checks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pipeline.errors import MatrixError, UsageError
+from pipeline.variants import MATRIX_PATH, load_matrix, resolve
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+def test_every_requested_cuda_line_is_declared(matrix):
+    assert set(matrix.cuda_lines()) == {"11.8", "12.1", "12.6", "12.8", "13.0"}
+
+
+def test_torch_2_9_lines_are_exactly_the_published_ones(matrix):
+    assert sorted(v.cuda for v in matrix.variants if v.torch.startswith("2.9.")) == ["12.6", "12.8", "13.0"]
+
+
+def test_default_is_cu128_from_pypi(matrix):
+    default = resolve(matrix, None)
+    assert (default.name, default.torch, default.is_default) == ("cu128", "2.9.1", True)
+    assert default.uses_pypi
+
+
+@pytest.mark.parametrize(("cuda", "torch"), [("11.8", "2.7.1"), ("12.1", "2.5.1")])
+def test_old_cuda_lines_carry_newest_torch_that_exists_and_say_so(matrix, cuda, torch):
+    variant = resolve(matrix, cuda)
+    assert variant.torch == torch
+    assert "no CUDA" in variant.note and torch in variant.note
+
+
+@pytest.mark.parametrize("spelling", ["12.8", "cu128", " 12.8 ", "CU128"])
+def test_cuda_spellings(matrix, spelling):
+    assert resolve(matrix, spelling).name == "cu128"
+
+
+@pytest.mark.parametrize("torch", ["2", "2.9", "2.9.1"])
+def test_torch_prefix_matches(matrix, torch):
+    assert resolve(matrix, "12.8", torch).torch == "2.9.1"
+
+
+def test_torch_2_9_with_cuda_12_1_names_what_exists(matrix):
+    with pytest.raises(UsageError) as err:
+        resolve(matrix, "12.1", "2.9")
+    message = str(err.value)
+    assert "torch 2.9 has no CUDA 12.1 build" in message
+    assert "12.6, 12.8, 13.0" in message
+    assert "2.5.1" in message
+    assert "\n" not in message
+
+
+def test_unknown_cuda_lists_the_lines(matrix):
+    with pytest.raises(UsageError, match=r"unknown CUDA line 12\.4; this matrix has 11\.8, 12\.1, 12\.6, 12\.8, 13\.0"):
+        resolve(matrix, "12.4")
+
+
+@pytest.mark.parametrize("bad", ["twelve", "12", "12.8.1.1"])
+def test_malformed_cuda(matrix, bad):
+    with pytest.raises(UsageError):
+        resolve(matrix, bad)
+
+
+def test_unknown_torch(matrix):
+    with pytest.raises(UsageError, match="no torch 3.0"):
+        resolve(matrix, "12.8", "3.0")
+
+
+def test_expectations_carry_the_pins(matrix):
+    exp = resolve(matrix, "12.8").expectations(require_gpu=True)
+    assert exp["torch"] == "2.9.1" and exp["cuda"] == "12.8" and exp["require_gpu"] is True
+    assert isinstance(exp["cudnn"], int)
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "variants.toml"
+    path.write_text(text)
+    return path
+
+
+def test_malformed_toml_is_one_clear_error(tmp_path):
+    with pytest.raises(MatrixError, match="not valid TOML"):
+        load_matrix(_write(tmp_path, "[project\nname="))
+
+
+def test_missing_key_is_named(tmp_path):
+    head, tail = MATRIX_PATH.read_text().split("[variants.cu128]")
+    tail = re.sub(r"^torchaudio = .*\n", "", tail, count=1, flags=re.M)
+    text = head + "[variants.cu128]" + tail
+    with pytest.raises(MatrixError, match=r"variants.cu128\] is missing 'torchaudio'"):
+        load_matrix(_write(tmp_path, text))
+
+
+def test_loose_pin_is_refused(tmp_path):
+    text = MATRIX_PATH.read_text().replace('[variants.cu128]\ncuda = "12.8"\ntorch = "2.9.1"', '[variants.cu128]\ncuda = "12.8"\ntorch = "2.9"')
+    with pytest.raises(MatrixError, match="not an exact X.Y.Z pin"):
+        load_matrix(_write(tmp_path, text))
+
+
+def test_variant_name_must_match_cuda(tmp_path):
+    text = MATRIX_PATH.read_text().replace("[variants.cu126]", "[variants.cu127]")
+    with pytest.raises(MatrixError, match="name it 'cu126'"):
+        load_matrix(_write(tmp_path, text))
+
+
+def test_missing_matrix_file(tmp_path):
+    with pytest.raises(MatrixError, match="not found"):
+        load_matrix(tmp_path / "nope.toml")
