@@ -10,6 +10,7 @@ from pathlib import Path
 from pipeline import build_image, docker_env, push, tags, validate
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
+from pipeline.validate import Validation
 from pipeline.variants import REPO_ROOT, Matrix, Variant
 
 
@@ -62,6 +63,23 @@ def check_push_allowed(config: BuildConfig, gpus: int) -> None:
         raise UsageError("--registry is only used with --push; add --push or drop --registry")
 
 
+def validate_and_tag(client, image_id, variant, gpus, run_dir, ref, date, revision, common) -> tuple[Validation, list[str]]:
+    """Validate the untagged image; tag it only when every check passed and the facts match the pins."""
+    report_path = run_dir / "report.json"
+    validation = validate.validate_image(client, image_id, variant, gpus, run_dir)
+    try:
+        validate.require_valid(validation, report_path)
+        immutable, moving = tags.compute_tags(variant, validation.smoke, date, revision)
+    except ValidationFailed as err:
+        write_report(report_path, validation=validation, status="failed", error=str(err), **common)
+        raise
+    all_tags = [immutable, *moving]
+    write_report(report_path, validation=validation, status="validated", tags=all_tags, **common)
+    refs = push.tag_image(client, image_id, ref, all_tags)
+    print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
+    return validation, all_tags
+
+
 def run(config: BuildConfig) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
@@ -81,23 +99,14 @@ def run(config: BuildConfig) -> RunResult:
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     report_path = run_dir / "report.json"
+    ref = tags.image_ref(config.repo, config.registry if config.push else None)
 
     args = build_image.build_args(revision, created, gpus > 0)
     built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose)
 
     common = dict(variant=variant, image_id=built.image_id, build_seconds=built.seconds, created=created, revision=revision)
-    validation = validate.validate_image(client, built.image_id, variant, gpus, run_dir)
-    try:
-        validate.require_valid(validation, report_path)
-        immutable, moving = tags.compute_tags(variant, validation.smoke, f"{now:%Y%m%d}", revision)
-    except ValidationFailed as err:
-        write_report(report_path, validation=validation, status="failed", error=str(err), **common)
-        raise
-    all_tags = [immutable, *moving]
-    ref = tags.image_ref(config.repo, config.registry if config.push else None)
-    write_report(report_path, validation=validation, status="validated", tags=all_tags, **common)
-    refs = push.tag_image(client, built.image_id, ref, all_tags)
-    print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
+    validation, all_tags = validate_and_tag(client, built.image_id, variant, gpus, run_dir, ref, f"{now:%Y%m%d}", revision, common)
+    refs = [f"{ref}:{tag}" for tag in all_tags]
 
     pushed: dict[str, str] = {}
     if config.push:

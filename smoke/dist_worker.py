@@ -1,0 +1,95 @@
+"""One rank of the distributed smoke check; started by torchrun (see checks.check_distributed).
+
+    python -m torch.distributed.run --nproc_per_node N ... -m smoke.dist_worker --backend gloo --out DIR
+
+Each rank runs all_reduce, broadcast and all_gather, verifies the numbers,
+writes DIR/rank<R>.json and exits 1 if anything differed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+SIZE = 1024  # elements per tensor: large enough to take the real transport path, small enough to be instant
+
+
+def expected(rank: int, world: int) -> dict[str, list[float]]:
+    """What every collective must produce on `rank` (pure, used by tests too)."""
+    return {
+        "all_reduce": [float(world * (world + 1) / 2)] * 4,  # sum of (r + 1) over ranks
+        "broadcast": [0.0, 1.0, 2.0, 3.0],  # rank 0 sends arange
+        "all_gather": [float(r) for r in range(world)],  # rank r contributes r
+    }
+
+
+def verify(rank: int, world: int, observed: dict[str, list[float]]) -> list[str]:
+    """Differences between `observed` and `expected`; empty when all is well."""
+    problems = []
+    for name, want in expected(rank, world).items():
+        got = observed.get(name)
+        if got is None or len(got) != len(want) or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
+            problems.append(f"rank {rank}: {name} gave {got}, expected {want}")
+    return problems
+
+
+def run_collectives(torch, dist, device) -> dict[str, list[float]]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    t = torch.full((SIZE,), float(rank + 1), device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    reduced = t[:4].tolist()
+    if not torch.all(t == t[0]).item():
+        reduced = [float("nan")] * 4
+
+    b = torch.arange(SIZE, dtype=torch.float32, device=device) if rank == 0 else torch.zeros(SIZE, device=device)
+    dist.broadcast(b, src=0)
+    broadcast = b[:4].tolist()
+    if not torch.equal(b, torch.arange(SIZE, dtype=torch.float32, device=device)):
+        broadcast = [float("nan")] * 4
+
+    mine = torch.full((SIZE,), float(rank), device=device)
+    gathered = [torch.empty(SIZE, device=device) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    all_gather = [g[0].item() if torch.all(g == g[0]).item() else float("nan") for g in gathered]
+
+    return {"all_reduce": reduced, "broadcast": broadcast, "all_gather": all_gather}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("gloo", "nccl"), required=True)
+    parser.add_argument("--out", required=True, help="directory for rank<R>.json")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for init and each collective")
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if args.backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        observed = run_collectives(torch, dist, device)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    problems = verify(rank, world, observed)
+    record = {"rank": rank, "world": world, "backend": args.backend, "device": str(device), "observed": observed, "problems": problems}
+    Path(args.out, f"rank{rank}.json").write_text(json.dumps(record))
+    for line in problems:
+        print(line, file=sys.stderr, flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Parse and validate the expectations build.py passes with --expect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad command-line input; main() prints it as one line and exits 2."""
+
+
+# key -> (allowed types, may be null, must be present)
+_SCHEMA: dict[str, tuple[tuple[type, ...], bool, bool]] = {
+    "variant": ((str,), True, False),
+    "torch": ((str,), False, True),
+    "torchvision": ((str,), True, True),
+    "torchaudio": ((str,), True, True),
+    "cuda": ((str,), True, True),
+    "cudnn": ((int,), True, True),
+    "nccl": ((str,), True, True),
+    "python": ((str,), False, True),
+    "min_driver": ((str,), True, True),
+    "require_gpu": ((bool,), False, False),
+    # optional: CUDA line -> minimum driver, so a too-old driver gets a line it can run
+    "driver_lines": ((dict,), True, False),
+}
+KEYS = tuple(_SCHEMA)
+
+
+def load_expect(arg: str) -> dict:
+    """Parse --expect: a JSON object, or '@PATH' naming a file holding one.
+
+    A null pin means "must be absent" (e.g. "cuda": null expects a CPU-only torch).
+    Raises UsageError naming the problem.
+    """
+    if arg.startswith("@"):
+        path = Path(arg[1:])
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise UsageError(f"--expect {arg}: cannot read {path}: {err.strerror or err}") from None
+    else:
+        text = arg
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--expect is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    return validate_expect(data)
+
+
+def validate_expect(data: object) -> dict:
+    if not isinstance(data, dict):
+        raise UsageError(f"--expect must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_SCHEMA))
+    if unknown:
+        raise UsageError(f"--expect has unknown key(s) {', '.join(unknown)}; known keys: {', '.join(KEYS)}")
+    missing = [k for k, (_, _, required) in _SCHEMA.items() if required and k not in data]
+    if missing:
+        raise UsageError(f"--expect is missing {', '.join(missing)} (use null for a value that must be absent)")
+    out = {}
+    for key, (types, nullable, _) in _SCHEMA.items():
+        value = data.get(key)
+        if value is None:
+            if key in data and not nullable:
+                raise UsageError(f"--expect {key} must not be null")
+            out[key] = False if key == "require_gpu" else None
+            continue
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            wanted = " or ".join(t.__name__ for t in types)
+            raise UsageError(f"--expect {key} must be {wanted}{' or null' if nullable else ''}, got {value!r}")
+        out[key] = value
+    lines = out["driver_lines"]
+    if lines is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in lines.items()):
+        raise UsageError('--expect driver_lines must map CUDA lines to driver versions, e.g. {"12.8": "525.60.13"}')
+    return out

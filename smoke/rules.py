@@ -1,0 +1,395 @@
+"""Pure decision logic of the smoke checks: given values in, verdicts out.
+
+Nothing here imports torch or touches the machine, so every rule is unit-tested
+with given values (a GPU the build machine does not have, a driver it does not
+run, a wheel set it did not install).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+DOCKER_DEFAULT_SHM = 64 * MIB
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def release(version: str | None) -> str | None:
+    """'2.9.1+cu128' -> '2.9.1'; None stays None."""
+    if version is None:
+        return None
+    return str(version).split("+", 1)[0]
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """Leading numeric release of a version string: '12.8.93' -> (12, 8, 93), '2.9.1rc1' -> (2, 9, 1)."""
+    parts = []
+    for piece in str(text).strip().split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+        if match.end() != len(piece):  # '1rc1', '0+cu128': stop after the number
+            break
+    return tuple(parts)
+
+
+def _padded(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
+def version_cmp(a: str, b: str) -> int:
+    """-1, 0 or 1, comparing numeric releases (trailing zeros ignored)."""
+    x, y = _padded(version_tuple(a), version_tuple(b))
+    return (x > y) - (x < y)
+
+
+def cudnn_str(value: int | None) -> str | None:
+    """91002 -> '9.10.2' (cuDNN >= 9 encodes major*10000 + minor*100 + patch)."""
+    if value is None:
+        return None
+    value = int(value)
+    if value >= 10000:
+        return f"{value // 10000}.{value // 100 % 100}.{value % 100}"
+    return f"{value // 1000}.{value // 100 % 10}.{value % 100}"  # cuDNN 8: major*1000 + minor*100 + patch
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One pinned value against what was found."""
+
+    what: str
+    expected: object
+    actual: object
+    ok: bool
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.what} {self.actual if self.actual is not None else 'absent'}"
+        want = "absent" if self.expected is None else self.expected
+        got = "absent" if self.actual is None else self.actual
+        return f"{self.what}: expected {want}, found {got}"
+
+
+def compare_versions(expect: dict, facts: dict) -> list[Comparison]:
+    """Compare the pins in `expect` with `facts`; a null pin means "must be absent".
+
+    Releases are compared without local suffixes ('2.9.1+cu128' matches '2.9.1');
+    Python is compared on major.minor; cuDNN as the integer torch reports.
+    """
+    out = []
+    for key, fact_key in (("torch", "torch"), ("torchvision", "torchvision"), ("torchaudio", "torchaudio")):
+        want, got = expect.get(key), release(facts.get(fact_key))
+        out.append(Comparison(key, want, got, want == got))
+    out.append(Comparison("cuda", expect.get("cuda"), facts.get("cuda"), expect.get("cuda") == facts.get("cuda")))
+    want_cudnn, got_cudnn = expect.get("cudnn"), facts.get("cudnn")
+    out.append(Comparison("cudnn", want_cudnn, got_cudnn, want_cudnn == got_cudnn))
+    out.append(Comparison("nccl", expect.get("nccl"), facts.get("nccl"), expect.get("nccl") == facts.get("nccl")))
+    py = facts.get("python")
+    py_minor = ".".join(str(py).split(".")[:2]) if py else None
+    out.append(Comparison("python", expect.get("python"), py_minor, expect.get("python") == py_minor))
+    return out
+
+
+def cudnn_runtime_vs_compiled(runtime: tuple[int, ...] | None, compiled: tuple[int, ...] | None) -> str | None:
+    """None when the loaded libcudnn fits what torch was built against, else the problem.
+
+    cuDNN keeps compatibility within a major version for newer minors, so the rule
+    is: same major, and runtime (major, minor) >= compiled (major, minor).
+    """
+    if runtime is None or compiled is None:
+        return None
+    rt, ct = tuple(runtime), tuple(compiled)
+    if rt[:1] != ct[:1] or rt[:2] < ct[:2]:
+        return (
+            f"loaded cuDNN {'.'.join(map(str, rt))} does not fit the {'.'.join(map(str, ct))} torch was built "
+            "against; another libcudnn is probably first on LD_LIBRARY_PATH (unset it, or reinstall the nvidia-cudnn wheel)"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503: 'Nvidia_CUDNN.cu12' -> 'nvidia-cudnn-cu12'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str  # normalized
+    specifiers: tuple[tuple[str, str], ...]  # (('==', '9.10.2.21'),)
+    marker: str  # '' when none
+    text: str
+
+
+_REQ_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(\(?)([^;]*?)\)?\s*(?:;\s*(.*))?$")
+_SPEC_RE = re.compile(r"^\s*(===|~=|==|!=|<=|>=|<|>)\s*([^\s,]+)\s*$")
+
+
+def parse_requirement(text: str) -> Requirement:
+    """Parse one Requires-Dist line ('nvidia-nccl-cu12==2.27.5; platform_system == "Linux"').
+
+    Only what torch's metadata uses: name, optional extras, comma-separated
+    specifiers, an optional marker. Raises ValueError on anything else.
+    """
+    match = _REQ_RE.match(text)
+    if not match:
+        raise ValueError(f"cannot parse requirement {text!r}")
+    name, _extras, _paren, spec_text, marker = match.groups()
+    specs = []
+    for piece in filter(None, (p.strip() for p in spec_text.split(","))):
+        spec = _SPEC_RE.match(piece)
+        if not spec:
+            raise ValueError(f"cannot parse version specifier {piece!r} in {text!r}")
+        specs.append((spec.group(1), spec.group(2)))
+    return Requirement(normalize_name(name), tuple(specs), (marker or "").strip(), text.strip())
+
+
+def specifier_ok(version: str, op: str, wanted: str) -> bool:
+    """Does `version` satisfy `op wanted`? Numeric releases only; '==X.*' wildcards supported."""
+    if op in ("==", "!=") and wanted.endswith(".*"):
+        prefix = version_tuple(wanted[:-2])
+        hit = version_tuple(version)[: len(prefix)] == prefix
+        return hit if op == "==" else not hit
+    if op == "===":
+        return version == wanted
+    if op == "~=":  # ~=2.2.1 means >=2.2.1, ==2.2.*
+        base = version_tuple(wanted)
+        return version_cmp(version, wanted) >= 0 and version_tuple(version)[: len(base) - 1] == base[:-1]
+    c = version_cmp(version, wanted)
+    return {"==": c == 0, "!=": c != 0, ">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0}[op]
+
+
+def default_environment() -> dict[str, str]:
+    """Marker variables for this interpreter (PEP 508 names)."""
+    return {
+        "platform_system": platform.system(),
+        "platform_machine": platform.machine(),
+        "sys_platform": sys.platform,
+        "os_name": __import__("os").name,
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "python_full_version": platform.python_version(),
+        "implementation_name": sys.implementation.name,
+        "platform_python_implementation": platform.python_implementation(),
+        "extra": "",
+    }
+
+
+_MARKER_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not in\b|in\b|===|==|!=|<=|>=|~=|<|>|'[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def marker_applies(marker: str, env: dict[str, str]) -> bool:
+    """Evaluate a PEP 508 marker: `and`/`or`/parentheses over `var op 'value'` terms.
+
+    Unknown variables compare as '' so a requirement is kept rather than silently
+    dropped. Version variables (python_version ...) compare numerically.
+    """
+    if not marker.strip():
+        return True
+    tokens, pos = [], 0
+    while pos < len(marker):
+        match = _MARKER_TOKEN.match(marker, pos)
+        if not match:
+            if marker[pos:].strip():
+                raise ValueError(f"cannot parse marker {marker!r}")
+            break
+        tokens.append(match.group(1))
+        pos = match.end()
+
+    def value(tok: str) -> str:
+        if tok[:1] in "'\"":
+            return tok[1:-1]
+        return env.get(tok, "")
+
+    def term(i: int) -> tuple[bool, int]:
+        if tokens[i] == "(":
+            result, i = expr(i + 1)
+            return result, i + 1  # skip ')'
+        left, op, right = tokens[i], tokens[i + 1], tokens[i + 2]
+        is_version = any(t in ("python_version", "python_full_version") for t in (left, right))
+        a, b = value(left), value(right)
+        if op == "in":
+            return a in b, i + 3
+        if op == "not in":
+            return a not in b, i + 3
+        if is_version:
+            return specifier_ok(a, op, b), i + 3
+        return {"==": a == b, "!=": a != b, "===": a == b}.get(op, False), i + 3
+
+    def conj(i: int) -> tuple[bool, int]:
+        result, i = term(i)
+        while i < len(tokens) and tokens[i] == "and":
+            right, i = term(i + 1)
+            result = result and right
+        return result, i
+
+    def expr(i: int) -> tuple[bool, int]:
+        result, i = conj(i)
+        while i < len(tokens) and tokens[i] == "or":
+            right, i = conj(i + 1)
+            result = result or right
+        return result, i
+
+    return expr(0)[0]
+
+
+def is_cuda_runtime_requirement(name: str) -> bool:
+    """The wheels that carry torch's CUDA stack: nvidia-* and triton (torch.compile on GPU)."""
+    return name.startswith("nvidia-") or name == "triton"
+
+
+def check_requirements(
+    requires: list[str], installed: dict[str, str | None], env: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """Check torch's nvidia-*/triton requirements against installed versions.
+
+    `installed` maps normalized names to versions (None: not installed).
+    Returns (ok_lines, problems).
+    """
+    ok, problems = [], []
+    for line in requires:
+        req = parse_requirement(line)
+        if not is_cuda_runtime_requirement(req.name) or not marker_applies(req.marker, env):
+            continue
+        have = installed.get(req.name)
+        if have is None:
+            problems.append(f"{req.name} is required by torch ({req.text}) but not installed")
+            continue
+        bad = [f"{op}{v}" for op, v in req.specifiers if not specifier_ok(have, op, v)]
+        if bad:
+            problems.append(f"{req.name} {have} installed, torch requires {','.join(bad)}")
+        else:
+            ok.append(f"{req.name}=={have}")
+    return ok, problems
+
+
+# --------------------------------------------------------------------------- GPU arch list
+
+
+def _parse_arch(entry: str) -> tuple[str, int, int, str] | None:
+    """'sm_90a' -> ('sm', 9, 0, 'a'); 'compute_120' -> ('compute', 12, 0, ''); else None."""
+    match = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", entry.strip())
+    if not match:
+        return None
+    return match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
+
+
+def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Can a GPU of `capability` run kernels from a build with `arch_list`?
+
+    The rule (CUDA's binary and PTX compatibility, simplified):
+      * sm_XY (cubin) runs on GPUs of the same major X with minor >= Y
+        (sm_80 runs on an 8.6 GPU; sm_90 does not run on 10.0 or 12.0);
+        arch-specific sm_XYa runs only on exactly X.Y;
+      * compute_XY (PTX) is JIT-compiled by the driver for any GPU with
+        capability >= X.Y, any major.
+    """
+    major, minor = capability
+    for entry in arch_list:
+        parsed = _parse_arch(entry)
+        if parsed is None:
+            continue
+        kind, a_major, a_minor, suffix = parsed
+        if kind == "sm":
+            if suffix == "a":
+                if (a_major, a_minor) == (major, minor):
+                    return True
+            elif a_major == major and a_minor <= minor:
+                return True
+        elif (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def arch_problems(gpus: list[tuple[str, tuple[int, int]]], arch_list: list[str]) -> list[str]:
+    """One message per GPU (name, capability) this build has no kernels for."""
+    problems = []
+    shown = " ".join(arch_list) if arch_list else "(empty)"
+    for index, (name, cap) in enumerate(gpus):
+        if arch_supported(cap, arch_list):
+            continue
+        problems.append(
+            f"GPU {index} {name} is sm_{cap[0]}{cap[1]}, but this torch build has kernels only for {shown}: "
+            f"every CUDA op would fail with 'CUDA error: no kernel image is available for execution on the device'; "
+            f"use a variant built for a newer CUDA line whose arch list includes sm_{cap[0]}{cap[1]}"
+        )
+    return problems
+
+
+# --------------------------------------------------------------------------- driver
+
+
+@dataclass(frozen=True)
+class DriverVerdict:
+    status: str  # "pass" | "fail" | "missing"
+    message: str
+
+
+def driver_status(
+    driver: str | None,
+    min_driver: str | None,
+    cuda_line: str | None,
+    lines: dict[str, str] | None = None,
+) -> DriverVerdict:
+    """Judge the host's NVIDIA driver against the image's minimum.
+
+    `lines` optionally maps CUDA lines to their minimum driver (e.g. from the
+    variant matrix); when given, a too-old driver gets the newest line it can run
+    as a suggestion.
+    """
+    line = f"CUDA {cuda_line}" if cuda_line else "this image"
+    if not driver:
+        return DriverVerdict("missing", "no NVIDIA driver visible (run with --gpus all)")
+    if not version_tuple(driver):
+        return DriverVerdict("fail", f"cannot read the NVIDIA driver version {driver!r}")
+    if not min_driver:
+        return DriverVerdict("pass", f"driver {driver} (no minimum given)")
+    if version_cmp(driver, min_driver) >= 0:
+        return DriverVerdict("pass", f"driver {driver} >= {min_driver} required by {line}")
+    advice = f"update the host driver to >= {min_driver}"
+    fitting = [
+        (version_tuple(cuda), cuda, need)
+        for cuda, need in (lines or {}).items()
+        if version_cmp(driver, need) >= 0 and (not cuda_line or version_cmp(cuda, cuda_line) < 0)
+    ]
+    if fitting:
+        _, cuda, need = max(fitting)
+        advice += f", or use the CUDA {cuda} variant (needs driver >= {need})"
+    else:
+        advice += ", or use a variant for an older CUDA line whose minimum driver the host meets"
+    return DriverVerdict(
+        "fail",
+        f"host NVIDIA driver {driver} is older than {min_driver}, the minimum for {line} "
+        f"(torch.cuda.is_available() is False on it); {advice}",
+    )
+
+
+# --------------------------------------------------------------------------- /dev/shm
+
+
+def shm_advice(shm_bytes: int | None) -> str | None:
+    """A warning when /dev/shm is too small for DataLoader workers, else None."""
+    if shm_bytes is None:
+        return "no /dev/shm found: DataLoader workers need shared memory; start the container with --ipc=host or --shm-size=8g"
+    if shm_bytes <= DOCKER_DEFAULT_SHM:
+        return (
+            f"/dev/shm is {shm_bytes // MIB} MiB (Docker's 64 MB default): DataLoader workers will crash "
+            f"with 'bus error' on real batches; start the container with --ipc=host or --shm-size=8g"
+        )
+    return None
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "absent"
+    if n >= 1024 * MIB:
+        return f"{n / (1024 * MIB):.1f} GiB"
+    return f"{n // MIB} MiB"

@@ -1,0 +1,211 @@
+"""The pipeline end to end against a real Docker Engine and a real registry on 127.0.0.1.
+
+The session fixture `pipeline_run` (conftest.py) built, validated, tagged and
+pushed the cu128 image; these tests check what it left behind, then feed the
+stages bad images, bad registries and interrupts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from pipeline import push
+from pipeline.docker_env import find_build_cli
+from pipeline.errors import PushFailed, ValidationFailed
+from pipeline.run import validate_and_tag
+from pipeline.variants import REPO_ROOT, resolve
+from tests.image.conftest import REGISTRY, ca_cert
+
+pytestmark = pytest.mark.image
+
+MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+
+
+@pytest.fixture(scope="module")
+def run_result(pipeline_run):
+    if pipeline_run is None:
+        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline run was skipped")
+    return pipeline_run
+
+
+@pytest.fixture(scope="module")
+def report(run_result):
+    return json.loads(run_result.report_path.read_text())
+
+
+def test_report_says_pushed_and_cpu_only(report, run_result):
+    assert report["status"] == "pushed"
+    assert report["gpu"] is False
+    assert report["image_id"] == run_result.image_id
+    assert report["validation"]["ok"] is True
+
+
+def test_report_holds_smoke_checks_and_ppo_result(report):
+    checks = report["validation"]["smoke"]["checks"]
+    assert checks and all(c["status"] in ("pass", "skip") for c in checks)
+    assert report["validation"]["ppo"]["solved"] is True
+    assert report["validation"]["ppo"]["final_mean_return"] >= 475
+
+
+def test_tags_name_torch_cuda_python_and_revision(run_result, variant):
+    immutable = run_result.tags[0].rsplit(":", 1)[1]
+    assert immutable.startswith(f"{variant.torch}-{variant.name}-py{variant.python}-")
+    assert {t.rsplit(":", 1)[1] for t in run_result.tags[1:]} == {f"{variant.torch_minor}-{variant.name}", "latest"}
+
+
+def test_every_tag_names_the_validated_image(docker, run_result):
+    for ref in run_result.tags:
+        assert docker.images.get(ref).id == run_result.image_id
+
+
+def test_label_says_gpu_validation_false(docker, run_result):
+    labels = docker.images.get(run_result.image_id).labels
+    assert labels["io.proven-torch.gpu-validated"] == "false"
+    assert labels["io.proven-torch.cuda"] == "12.8"
+
+
+def test_registry_holds_exactly_the_tested_image(run_result):
+    """The manifest in the registry points at the validated image's config (= its ID)."""
+    for ref, digest in run_result.pushed.items():
+        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
+        assert resp.status_code == 200
+        assert resp.headers["Docker-Content-Digest"] == digest
+        assert resp.json()["config"]["digest"] == run_result.image_id
+
+
+# --- bad images are never tagged -------------------------------------------------
+
+
+def _derive(docker, base: str, run: str) -> str:
+    dockerfile = f"FROM {base}\nUSER 0\nRUN {run}\nUSER 1000:100\n"
+    image, _ = docker.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"})
+    return image.id
+
+
+def _common(variant, image_id):
+    return dict(variant=variant, image_id=image_id, build_seconds=0.0, created="test", revision="test")
+
+
+def test_image_without_torch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
+    broken = _derive(docker, image, "rm -rf /opt/venv/lib/python*/site-packages/torch")
+    try:
+        with pytest.raises(ValidationFailed, match="smoke checks failed"):
+            validate_and_tag(docker, broken, variant, 0, tmp_path, "proven-torch-test-broken", "20000101", "test", _common(variant, broken))
+        assert docker.images.get(broken).tags == []
+        assert json.loads((tmp_path / "report.json").read_text())["status"] == "failed"
+    finally:
+        docker.images.remove(broken, force=True)
+
+
+def test_pin_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
+    wrong = dataclasses.replace(variant, cudnn=variant.cudnn + 1)
+    before = set(docker.images.get(image).tags)
+    with pytest.raises(ValidationFailed):
+        validate_and_tag(docker, image, wrong, 0, tmp_path, "proven-torch-test-mismatch", "20000101", "test", _common(wrong, image))
+    assert set(docker.images.get(image).tags) == before
+
+
+# --- registries that cannot take the push ------------------------------------------
+
+
+def test_unreachable_registry_is_one_clear_error(docker, image):
+    ref = "127.0.0.1:1/proven-torch-test"
+    docker.images.get(image).tag(ref, "unreachable")
+    try:
+        with pytest.raises(PushFailed) as err:
+            push.push_tag(docker, image, ref, "unreachable")
+        assert "127.0.0.1:1" in str(err.value) and "\n" not in str(err.value)
+    finally:
+        docker.images.remove(f"{ref}:unreachable")
+
+
+def test_push_refuses_a_tag_that_moved_to_another_image(docker, image):
+    ref = f"{REGISTRY}/proven-torch-test"
+    other = docker.images.get("debian:bookworm-slim")
+    other.tag(ref, "moved")
+    try:
+        with pytest.raises(PushFailed, match="not the validated"):
+            push.push_tag(docker, image, ref, "moved")
+    finally:
+        docker.images.remove(f"{ref}:moved")
+
+
+# --- build.py as a user runs it -------------------------------------------------------
+
+
+def _build_py(*args) -> list[str]:
+    ca = ca_cert()
+    return [sys.executable, str(REPO_ROOT / "build.py"), *args, *(["--ca-cert", str(ca)] if ca else [])]
+
+
+def test_variant_behind_pytorch_index_fails_with_network_message(docker, matrix, tmp_path):
+    """cu118 needs download.pytorch.org, which these machines cannot reach."""
+    result = subprocess.run(
+        _build_py("--cuda", "11.8", "--report-dir", str(tmp_path)), capture_output=True, text=True, timeout=900, cwd=REPO_ROOT
+    )
+    if result.returncode == 0:
+        pytest.fail("cu118 built: this host reaches PyTorch's index, so this test cannot show the network failure")
+    assert result.returncode == 4, result.stderr
+    assert "torch 2.7.1 is the newest" in result.stdout or "2.7.1" in result.stdout  # says which torch it builds
+    last = result.stderr.strip().splitlines()
+    assert len(last) == 1 and last[0].startswith("build.py: network error") and "download.pytorch.org" in last[0]
+
+
+def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, tmp_path):
+    before = {t for i in docker.images.list() for t in i.tags}
+    proc = subprocess.Popen(
+        _build_py("--cuda", "12.6", "--report-dir", str(tmp_path)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if "==> build cu126" in line or time.monotonic() > deadline:
+            break
+    time.sleep(2)  # let docker build get going
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "nothing was tagged" in err
+    assert {t for i in docker.images.list() for t in i.tags} == before
+
+
+def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, tmp_path):
+    """Layer order: a change in smoke/ must not touch the heavy layers."""
+    for folder in ("container", "smoke", "ppo_bench"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / ".dockerignore", tmp_path)
+    with open(tmp_path / "smoke" / "__init__.py", "a") as f:
+        f.write("\n# a one-line change\n")
+    cli = find_build_cli()
+    iid = tmp_path / "iid"
+    argv = [*cli.argv, "-f", str(REPO_ROOT / "Dockerfile.cu128"), "--iidfile", str(iid), str(tmp_path)]
+    ca = ca_cert()
+    if ca:
+        argv[len(cli.argv) : len(cli.argv)] = ["--secret", f"id=pip_ca,src={ca}"]
+    subprocess.run(argv, check=True, env=cli.environ(), timeout=900, capture_output=True)
+    rebuilt = iid.read_text().strip()
+    try:
+        old = docker.images.get(image).attrs["RootFS"]["Layers"]
+        new = docker.images.get(rebuilt).attrs["RootFS"]["Layers"]
+        first_changed = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), len(new))
+        assert first_changed < len(new), "the change did not reach the image"
+        history = list(reversed(docker.api.history(rebuilt)))  # oldest first
+        project_start = max(i for i, h in enumerate(history) if h["CreatedBy"].strip().endswith("USER 0"))
+        project = history[project_start:]
+        layer_steps = [h for h in project if h["CreatedBy"].lstrip().startswith(("COPY", "RUN", "/bin/bash"))]
+        assert len(new) - first_changed <= len(layer_steps), "a layer before the project's own files changed"
+        assert sum(int(h["Size"]) for h in project) < 10 * 1024 * 1024
+    finally:
+        docker.images.remove(rebuilt, force=True)
