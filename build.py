@@ -72,13 +72,26 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     parser.add_argument("--check", action="store_true", help="with render: fail (exit 2) when a committed Dockerfile is stale")
+    parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     return parser
 
 
-def cmd_list(matrix) -> int:
+def variant_table_markdown(matrix) -> str:
+    """The README's variant table, made from the matrix (a unit test keeps the README in step)."""
+    rows = ["| variant | CUDA | torch | torchvision | torchaudio | Python | wheels from | note |", "|---|---|---|---|---|---|---|---|"]
+    for v in matrix.variants:
+        name = f"**{v.name}** (default)" if v.is_default else v.name
+        rows.append(f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.index} | {v.note} |")
+    return "\n".join(rows)
+
+
+def cmd_list(matrix, markdown: bool = False) -> int:
+    if markdown:
+        print(variant_table_markdown(matrix))
+        return 0
     print(f"{'variant':8} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} index")
     for v in matrix.variants:
         star = "*" if v.is_default else " "
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
-            return cmd_list(matrix)
+            return cmd_list(matrix, args.markdown)
         if args.command == "render":
             return cmd_render(matrix, args.check)
         return cmd_build(matrix, args)

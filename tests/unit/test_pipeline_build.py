@@ -224,3 +224,11 @@ def test_unreachable_docker_exit_3(tmp_path):
 def test_render_check_passes_on_a_clean_checkout():
     result = _cli("render", "--check")
     assert result.returncode == 0, result.stderr
+
+
+def test_readme_variant_table_is_the_matrix(matrix):
+    from build import variant_table_markdown
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split("<!-- variant-table", 1)[1].split("-->", 1)[1].split("<!-- /variant-table -->", 1)[0]
+    assert block.strip() == variant_table_markdown(matrix)

@@ -1,0 +1,24 @@
+"""Typed errors; `ppo_bench.__main__` turns each into one line and an exit code."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # anything unexpected (a traceback is printed)
+EXIT_USAGE = 2  # bad arguments, or --require-gpu without a GPU
+EXIT_BELOW_TARGET = 3  # --fail-below-target and the target return was not reached
+
+
+class PPOBenchError(Exception):
+    """Base class; `exit_code` is what the CLI exits with."""
+
+    exit_code = EXIT_ERROR
+
+
+class ConfigError(PPOBenchError):
+    """The arguments cannot work together (or a resume does not match its checkpoint)."""
+
+    exit_code = EXIT_USAGE
+
+
+class GpuRequiredError(PPOBenchError):
+    """--require-gpu (or --device cuda) was given and torch sees no CUDA device."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,150 @@
+"""python -m smoke --expect '<json>' [--require-gpu] [--json-out PATH] [--only a,b]
+
+Exit status: 0 every required check passed, 1 a check failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TextIO
+
+from smoke import checks, rules
+from smoke.expect import UsageError, load_expect
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse would print the usage block too)
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="python -m smoke", description="Validate a proven-torch image against its pins.")
+    parser.add_argument("--expect", required=True, help="expectations as JSON, or @FILE holding them")
+    parser.add_argument("--require-gpu", action="store_true", help="GPU checks that cannot run fail instead of skip")
+    parser.add_argument("--json-out", type=Path, help="write the full result as JSON here")
+    parser.add_argument("--only", help=f"comma-separated subset of: {','.join(checks.NAMES)}")
+    args = parser.parse_args(argv)
+    args.expect = load_expect(args.expect)
+    args.require_gpu = args.require_gpu or args.expect["require_gpu"]
+    if args.only is not None:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in checks.NAMES]
+        if unknown or not wanted:
+            raise UsageError(f"--only: unknown check(s) {','.join(unknown) or '(none given)'}; choose from {','.join(checks.NAMES)}")
+        args.only = wanted
+    if args.json_out is not None:
+        try:
+            args.json_out.parent.mkdir(parents=True, exist_ok=True)
+            with open(args.json_out, "a"):
+                pass
+        except OSError as err:
+            raise UsageError(f"--json-out {args.json_out}: cannot write there ({err.strerror or err})") from None
+    return args
+
+
+def _row(name: str, status: str, seconds: str, detail: str) -> str:
+    return f"{name:<12} {status:<5} {seconds:>7}  {detail}"
+
+
+def facts_lines(facts: dict, expect: dict, require_gpu: bool) -> list[str]:
+    gpus = ", ".join(f"{g['name']} (sm_{g['capability'].replace('.', '')}, {g['memory_gb']} GB)" for g in facts["gpus"]) or "none"
+    return [
+        f"proven-torch smoke: variant {expect.get('variant') or '?'}, require_gpu={str(require_gpu).lower()}",
+        f"  torch {facts['torch']}  CUDA {facts['cuda']}  cuDNN {facts['cudnn']}  NCCL {facts['nccl']}  Python {facts['python']}",
+        f"  torchvision {facts['torchvision']}  torchaudio {facts['torchaudio']}",
+        f"  GPUs: {gpus}  driver: {facts['driver'] or 'none'}  /dev/shm: {rules.human_bytes(facts['shm_bytes'])}",
+    ]
+
+
+def run_checks(
+    ctx: checks.Context,
+    selected: list[str] | None,
+    emit: Callable[[dict], None] = lambda record: None,
+) -> list[dict]:
+    """Run the selected checks in order; call emit(record) as each finishes."""
+    records = []
+    for name, function, gpu_check in checks.CHECKS:
+        if selected is not None and name not in selected:
+            continue
+        start = time.monotonic()
+        try:
+            outcome = function(ctx)
+        except Exception as err:  # a check that crashes is a failed check, with the reason
+            outcome = checks.failed(f"{type(err).__name__}: {err}".strip())
+        record = {
+            "name": name,
+            "status": outcome.status,
+            "detail": outcome.detail,
+            "seconds": round(time.monotonic() - start, 2),
+            # a GPU check must pass when a GPU is required or usable; every other check always
+            "required": (ctx.gpu_needed or ctx.cuda_ok) if gpu_check else True,
+        }
+        records.append(record)
+        emit(record)
+    return records
+
+
+def verdict(records: list[dict]) -> bool:
+    """OK when nothing failed and no required check was skipped."""
+    return all(r["status"] != "fail" and (r["status"] == "pass" or not r["required"]) for r in records)
+
+
+def summary_line(records: list[dict], ok: bool, seconds: float) -> str:
+    counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "fail", "skip")}
+    line = f"smoke: {'OK' if ok else 'FAILED'} - {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in {seconds:.1f} s"
+    failed = [r["name"] for r in records if r["status"] == "fail" or (r["status"] == "skip" and r["required"])]
+    if failed:
+        line += f" (failed: {', '.join(failed)})"
+    elif counts["skip"]:
+        line += " (GPU checks skipped: no GPU; pass --require-gpu to require one)"
+    return line
+
+
+def write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        args = parse_args(argv)
+    except UsageError as err:
+        print(f"smoke: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+    started = time.monotonic()
+    import torch
+
+    from smoke import facts as facts_mod
+
+    facts = facts_mod.collect(torch)
+    ctx = checks.Context(expect=args.expect, require_gpu=args.require_gpu, facts=facts)
+    payload = {"ok": False, "complete": False, "require_gpu": args.require_gpu, "expect": args.expect, "facts": facts, "checks": []}
+
+    for line in facts_lines(facts, args.expect, args.require_gpu):
+        print(line, file=out, flush=True)
+    print(_row("CHECK", "STATUS", "SECONDS", "DETAIL"), file=out, flush=True)
+
+    def emit(record: dict) -> None:
+        print(_row(record["name"], record["status"].upper(), f"{record['seconds']:.1f}", record["detail"]), file=out, flush=True)
+        payload["checks"].append(record)
+        if args.json_out:  # written as each check ends, so a crash leaves the partial result (ok: false)
+            write_json(args.json_out, payload)
+
+    records = run_checks(ctx, args.only, emit)
+    ok = verdict(records)
+    payload.update(ok=ok, complete=True)
+    if args.json_out:
+        write_json(args.json_out, payload)
+    print(summary_line(records, ok, time.monotonic() - started), file=out, flush=True)
+    return EXIT_OK if ok else EXIT_FAILED
