@@ -18,7 +18,7 @@ image:
 
 test:
 	bash scripts/prepare-host.sh --test-tools
-	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "unit or image" $(PYTEST_ARGS)
+	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 unit:
 	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)

@@ -41,9 +41,11 @@ def make_parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="build",
-        choices=["build", "list", "render"],
+        choices=["build", "list", "render", "lock"],
         help="build (default): build, validate, tag and optionally push; list: show the variant matrix; "
-        "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs)",
+        "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs); "
+        "lock: resolve the variant's hash-locked requirements with uv into images/locks/ (with --check: "
+        "fail if a lock is stale against the matrix, offline)",
     )
     parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
     parser.add_argument(
@@ -71,7 +73,7 @@ def make_parser() -> argparse.ArgumentParser:
         "(the report and the label io.proven-torch.gpu-validated say false)",
     )
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
-    parser.add_argument("--check", action="store_true", help="with render: fail (exit 2) when a committed Dockerfile is stale")
+    parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
     parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
@@ -117,6 +119,27 @@ def cmd_render(matrix, check: bool) -> int:
     return 0
 
 
+def cmd_lock(matrix, cuda: str | None, check: bool) -> int:
+    from pipeline.lock import compile_lock, lock_status, write_lock
+    from pipeline.render import render_all
+
+    if check:
+        statuses = [lock_status(matrix, v) for v in matrix.variants]
+        for status in statuses:
+            print(f"{status.variant}: {status.state}")
+        stale = [s.variant for s in statuses if s.state == "stale"]
+        if stale:
+            raise UsageError(f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit")
+        return 0
+    variant = resolve(matrix, cuda)
+    print(f"==> resolving {variant.name} with uv against {variant.index}", flush=True)
+    for path in write_lock(matrix, variant, compile_lock(matrix, variant)):
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    for path in render_all(matrix):
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
 def cmd_build(matrix, args) -> int:
     from pipeline.run import BuildConfig, run
 
@@ -145,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
             return cmd_list(matrix, args.markdown)
+        if args.command == "lock":
+            return cmd_lock(matrix, args.cuda, args.check)
         if args.command == "render":
             return cmd_render(matrix, args.check)
         return cmd_build(matrix, args)

@@ -1,5 +1,362 @@
 #!/usr/bin/env bash
-# placeholder, replaced by issue 5's start script
+# The image's entrypoint, under tini (PID 1, `tini -g`: signals go to the whole
+# process group, zombies are reaped). Three modes, chosen by the command:
+#
+#   (no command) | jupyter-lab [ARGS] | jupyter lab [ARGS] | --JupyterFlag ...
+#       JupyterLab on 0.0.0.0:8888, token auth always on, plus sshd on 2222 when
+#       a public key is given. The container lives as long as JupyterLab does and
+#       exits with its status; SIGTERM/SIGINT stop everything and exit 0.
+#   sshd
+#       sshd only (needs a public key).
+#   any other command (python x.py, bash, python -m smoke ...)
+#       run directly with exec: its stdout, stderr and exit status are the
+#       container's, nothing is printed around it.
+#
+# Environment (docs/using-the-image.md): JUPYTER_TOKEN, JUPYTER_TOKEN_FILE,
+# JUPYTER_PASSWORD_HASH, PUBLIC_KEY, PUBLIC_KEY_FILE, SSH_PORT (2222),
+# SSH_HOST_KEY_DIR (/workspace/.ssh-host-keys).
+#
+# Everything runs as the container's user (any UID): sshd too, so only that user
+# can log in, with a key, and no process here can become root.
 set -euo pipefail
-if [[ $# -gt 0 && "$1" != "jupyter-lab" ]]; then exec "$@"; fi
-exec jupyter-lab --ip=0.0.0.0 --port=8888 --no-browser
+
+readonly RUN_DIR=/tmp/proven-torch              # run-time state; healthcheck.py reads it
+readonly CONTAINER_DIR=/opt/proven-torch/container
+readonly AUTH_KEYS_HEADER="# Written by start.sh from PUBLIC_KEY / PUBLIC_KEY_FILE at every start; edits are lost. Mount your own file here instead."
+readonly DEFAULT_HOST_KEY_DIR=/workspace/.ssh-host-keys
+readonly SSHD_PROBE_NOISE='^(kex_exchange_identification: Connection closed by remote host|Connection closed by 127\.0\.0\.1 port [0-9]+)$'
+readonly SSH_ENV_SKIP=" JUPYTER_TOKEN JUPYTER_TOKEN_FILE JUPYTER_PASSWORD_HASH PUBLIC_KEY PUBLIC_KEY_FILE HOSTNAME PWD OLDPWD SHLVL TERM _ "
+
+log() { printf 'start.sh: %s\n' "$*" >&2; }
+
+# --- identity: HOME and a passwd entry for any UID (all modes, silent) --------
+
+# A writable HOME: Docker sets HOME=/ for a UID that has no passwd entry.
+setup_home() {
+    if [[ -z "${HOME:-}" || "$HOME" == / || ! -d "$HOME" || ! -w "$HOME" ]]; then
+        HOME="$RUN_DIR/home"
+        mkdir -p -m 700 "$HOME"
+    fi
+    export HOME
+}
+
+# A UID without a passwd entry gets one through nss_wrapper (no writable
+# /etc/passwd): sshd needs it to log the user in, getpass.getuser() (used by
+# torch.compile's caches) and whoami need it too.
+setup_passwd_entry() {
+    local uid gid name lib
+    uid="$(id -u)"
+    gid="$(id -g)"
+    getent passwd "$uid" >/dev/null && return 0
+    lib="$(compgen -G '/usr/lib/*/libnss_wrapper.so' | head -n 1 || true)"
+    [[ -n "$lib" ]] || return 0
+    name="${PROVEN_TORCH_USER:-user}"
+    mkdir -p "$RUN_DIR/nss"
+    grep -v "^${name}:" /etc/passwd >"$RUN_DIR/nss/passwd"
+    printf '%s:x:%s:%s:%s:%s:/bin/bash\n' "$name" "$uid" "$gid" "$name" "$HOME" >>"$RUN_DIR/nss/passwd"
+    cp /etc/group "$RUN_DIR/nss/group"
+    getent group "$gid" >/dev/null || printf '%s:x:%s:\n' "$name" "$gid" >>"$RUN_DIR/nss/group"
+    export LD_PRELOAD="$lib${LD_PRELOAD:+ $LD_PRELOAD}" \
+        NSS_WRAPPER_PASSWD="$RUN_DIR/nss/passwd" NSS_WRAPPER_GROUP="$RUN_DIR/nss/group"
+}
+
+make_run_dir() {
+    mkdir -p -m 700 "$RUN_DIR" 2>/dev/null && [[ -O "$RUN_DIR" ]] && chmod 700 "$RUN_DIR"
+}
+
+setup_identity() {
+    make_run_dir || return 0
+    setup_home
+    setup_passwd_entry
+}
+
+# --- start-up report (informational, never fatal) ------------------------------
+
+startup_report() {
+    [[ -f /opt/proven-torch/smoke/startup.py ]] || return 0
+    # From / so that a smoke/ folder in /workspace cannot shadow the module.
+    (cd / && timeout 15 python -m smoke.startup </dev/null) \
+        || log "the start-up report (python -m smoke.startup) exited with status $?; ignored"
+}
+
+# --- SSH -------------------------------------------------------------------------
+
+# Check the key lines of $2 (text from source $1): valid ones go to KEYS,
+# a description of each invalid one to BAD_KEYS.
+KEYS=()
+BAD_KEYS=()
+check_keys() {
+    local source="$1" text="$2" line n=0 tmp
+    if [[ "$text" == *"PRIVATE KEY"* ]]; then
+        BAD_KEYS+=("$source holds a PRIVATE key (give the .pub file)")
+        return 0
+    fi
+    tmp="$(mktemp "$RUN_DIR/key.XXXXXX")"
+    while IFS= read -r line || [[ -n "$line" ]]; do
+        n=$((n + 1))
+        line="${line%$'\r'}"
+        [[ -z "${line//[[:space:]]/}" || "$line" == \#* ]] && continue
+        printf '%s\n' "$line" >"$tmp"
+        if ssh-keygen -l -f "$tmp" >/dev/null 2>&1; then
+            KEYS+=("$line")
+        else
+            BAD_KEYS+=("$source line $n ('${line:0:24}...') is not a valid SSH public key")
+        fi
+    done <<<"$text"
+    rm -f "$tmp"
+}
+
+# Install the keys from PUBLIC_KEY / PUBLIC_KEY_FILE into ~/.ssh/authorized_keys
+# (rewritten at each start) unless that file is the user's own (mounted). Return
+# 0 when ~/.ssh/authorized_keys ends up holding at least one valid key. Logs one
+# line when something is wrong.
+setup_authorized_keys() {
+    local ssh_dir="$SSH_HOME/.ssh" file="$SSH_HOME/.ssh/authorized_keys" own=false
+    local expected="expected one 'TYPE BASE64 [comment]' line per key, as in ~/.ssh/id_ed25519.pub"
+    if [[ -n "${PUBLIC_KEY:-}" ]]; then
+        check_keys PUBLIC_KEY "$PUBLIC_KEY"
+    fi
+    if [[ -n "${PUBLIC_KEY_FILE:-}" ]]; then
+        if [[ -r "$PUBLIC_KEY_FILE" && -f "$PUBLIC_KEY_FILE" ]]; then
+            check_keys "PUBLIC_KEY_FILE ($PUBLIC_KEY_FILE)" "$(<"$PUBLIC_KEY_FILE")"
+        else
+            BAD_KEYS+=("PUBLIC_KEY_FILE=$PUBLIC_KEY_FILE cannot be read (not mounted, or not readable by UID $(id -u))")
+        fi
+    fi
+    mkdir -p -m 700 "$ssh_dir" 2>/dev/null || true
+    if [[ -e "$file" ]] && [[ "$(head -n 1 "$file" 2>/dev/null)" != "$AUTH_KEYS_HEADER" ]]; then
+        own=true
+    fi
+    if [[ "$own" == true ]]; then
+        ((${#KEYS[@]})) && BAD_KEYS+=("~/.ssh/authorized_keys is your own (mounted) file, so the keys from PUBLIC_KEY / PUBLIC_KEY_FILE were not added to it")
+    elif ((${#KEYS[@]})); then
+        if ! { printf '%s\n' "$AUTH_KEYS_HEADER" "${KEYS[@]}" >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"; } 2>/dev/null; then
+            log "SSH: off: cannot write $file (is $ssh_dir writable by UID $(id -u)?)."
+            return 1
+        fi
+    else
+        rm -f "$file"   # keys of an earlier start that are no longer given
+    fi
+    [[ "${BAD_KEYS[*]}" == *"not a valid"* ]] || expected="nothing else was changed"
+    if [[ ! -f "$file" ]] || ! ssh-keygen -l -f "$file" >/dev/null 2>&1; then
+        if ((${#BAD_KEYS[@]})); then
+            log "SSH: off: $(IFS=';'; echo "${BAD_KEYS[*]}"); $expected."
+        elif [[ "$own" == true ]]; then
+            log "SSH: off: ~/.ssh/authorized_keys holds no valid public key; expected one 'TYPE BASE64 [comment]' line per key."
+        else
+            log "SSH: off (no key given: set PUBLIC_KEY or PUBLIC_KEY_FILE, or mount ~/.ssh/authorized_keys)."
+        fi
+        return 1
+    fi
+    if ((${#BAD_KEYS[@]})); then
+        log "SSH: ignored: $(IFS=';'; echo "${BAD_KEYS[*]}"); $expected."
+    fi
+    # sshd's StrictModes ignores a key file that others may write or that belongs to someone else.
+    local owner mode
+    read -r owner mode < <(stat -L -c '%u %a' "$file")
+    if [[ "$owner" != "$(id -u)" && "$owner" != 0 ]] || ((8#$mode & 8#022)); then
+        log "SSH: sshd will refuse ~/.ssh/authorized_keys: it belongs to UID $owner with mode $mode; it must belong to UID $(id -u) (or root) and not be group/world-writable (chmod 600)."
+    fi
+    return 0
+}
+
+# Host keys (ed25519, ecdsa): made at first start, never in the image; kept in
+# SSH_HOST_KEY_DIR so a re-created container with the same volume keeps its identity.
+setup_host_keys() {
+    local dir="${SSH_HOST_KEY_DIR:-$DEFAULT_HOST_KEY_DIR}" type
+    if ! { mkdir -p "$dir" && chmod 700 "$dir" && [[ -w "$dir" ]]; } 2>/dev/null; then
+        if [[ -n "${SSH_HOST_KEY_DIR:-}" ]]; then
+            log "SSH: SSH_HOST_KEY_DIR=$dir is not a folder UID $(id -u) can write; SSH stays off."
+            return 1
+        fi
+        dir="$RUN_DIR/ssh-host-keys"
+        mkdir -p -m 700 "$dir"
+        log "SSH: $DEFAULT_HOST_KEY_DIR is not writable; host keys go to $dir and change when the container is re-created."
+    fi
+    [[ -e "$dir/.gitignore" ]] || printf '# SSH host keys of proven-torch containers: private, never commit them.\n*\n' >"$dir/.gitignore" 2>/dev/null || true
+    for type in ed25519 ecdsa; do
+        if [[ ! -f "$dir/ssh_host_${type}_key" ]]; then
+            ssh-keygen -q -t "$type" -N '' -C "proven-torch host key" -f "$dir/ssh_host_${type}_key" \
+                || { log "SSH: could not make a $type host key in $dir; SSH stays off."; return 1; }
+        fi
+    done
+    HOST_KEY_DIR="$dir"
+}
+
+# The container's environment, for SSH sessions: sshd reads ~/.ssh/environment
+# (PermitUserEnvironment) for every session, login shells re-read it through
+# /etc/profile.d/proven-torch.sh after /etc/profile has reset PATH.
+write_ssh_environment() {
+    local file="$SSH_HOME/.ssh/environment" kv name
+    {
+        printf '# The container environment at start, for SSH sessions (written by start.sh).\n'
+        while IFS= read -r -d '' kv; do
+            name="${kv%%=*}"
+            [[ "$SSH_ENV_SKIP" == *" $name "* || "$kv" == *$'\n'* ]] && continue
+            printf '%s\n' "$kv"
+        done < <(env -0)
+    } >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"
+}
+
+SSHD_PID=""
+start_sshd() {
+    local port="${SSH_PORT:-2222}" config="$RUN_DIR/sshd_config" out fingerprints
+    # sshd looks in the home of the passwd entry (which may differ from $HOME).
+    SSH_HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"
+    SSH_HOME="${SSH_HOME:-$HOME}"
+    setup_authorized_keys || return 1
+    setup_host_keys || return 1
+    write_ssh_environment || { log "SSH: cannot write ~/.ssh/environment; SSH stays off."; return 1; }
+    # Per-container paths first (sshd keeps the first value it reads), then the policy.
+    cat >"$config" <<EOF
+# Written by start.sh at container start. The policy is in $CONTAINER_DIR/sshd_config.
+Port $port
+HostKey $HOST_KEY_DIR/ssh_host_ed25519_key
+HostKey $HOST_KEY_DIR/ssh_host_ecdsa_key
+PidFile $RUN_DIR/sshd.pid
+AllowUsers $(id -un)
+Include $CONTAINER_DIR/sshd_config
+EOF
+    if ! out="$(/usr/sbin/sshd -t -f "$config" 2>&1)"; then
+        log "SSH: sshd rejects its configuration ($out); SSH stays off."
+        return 1
+    fi
+    # -D: stay in the foreground (start.sh watches it); -e: log to stderr (docker
+    # logs), without the two lines each healthcheck probe (connect, read the
+    # banner, close) would add every few seconds.
+    /usr/sbin/sshd -D -e -f "$config" 2> >(grep --line-buffered -v -E "$SSHD_PROBE_NOISE" >&2) &
+    SSHD_PID=$!
+    printf 'ssh %s\n' "$port" >>"$RUN_DIR/services"
+    fingerprints="$(for f in "$HOST_KEY_DIR"/ssh_host_*_key.pub; do ssh-keygen -l -f "$f" | awk '{print $NF " " $2}'; done | paste -sd ' ' -)"
+    log "SSH: sshd on port $port for user '$(id -un)' (key only); host keys in $HOST_KEY_DIR: $fingerprints"
+    log "SSH: ssh -p <host port published for $port> $(id -un)@127.0.0.1"
+}
+
+# --- JupyterLab --------------------------------------------------------------------
+
+TOKEN_GENERATED=false
+setup_token() {
+    if [[ -z "${JUPYTER_TOKEN:-}" && -n "${JUPYTER_TOKEN_FILE:-}" && -r "$JUPYTER_TOKEN_FILE" ]]; then
+        JUPYTER_TOKEN="$(tr -d '[:space:]' <"$JUPYTER_TOKEN_FILE")"
+    fi
+    # An empty or unset token never means "no auth": make one.
+    if [[ -z "${JUPYTER_TOKEN:-}" ]]; then
+        JUPYTER_TOKEN="$(python -c 'import secrets; print(secrets.token_hex(24))')"
+        TOKEN_GENERATED=true
+    fi
+    export JUPYTER_TOKEN
+    unset JUPYTER_TOKEN_FILE
+}
+
+# Refuse flags that would switch token auth off (config files are checked once
+# the server runs: healthcheck --wait-ready fails on an empty token).
+refuse_empty_token_flags() {
+    local i args=("$@")
+    for ((i = 0; i < ${#args[@]}; i++)); do
+        if [[ "${args[i]}" =~ ^--([A-Za-z]+\.)?token=[\'\"]*$ ]] \
+            || { [[ "${args[i]}" =~ ^--([A-Za-z]+\.)?token$ ]] && [[ -z "${args[i + 1]:-}" || "${args[i + 1]}" =~ ^[\'\"]+$ ]]; }; then
+            log "refusing to start JupyterLab without a token (${args[i]}); set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead."
+            exit 2
+        fi
+    done
+}
+
+JUPYTER_PID=""
+start_jupyter() {
+    refuse_empty_token_flags "$@"
+    setup_token
+    # Defaults (0.0.0.0:8888, /workspace, no browser) are in /etc/jupyter/jupyter_server_config.py.
+    jupyter-lab "$@" &
+    JUPYTER_PID=$!
+    printf 'jupyter %s\n' "$JUPYTER_PID" >>"$RUN_DIR/services"
+    local url status=0
+    url="$(healthcheck --wait-ready 120 --pid "$JUPYTER_PID")" || status=$?
+    case "$status" in
+        0)
+            local shown="$JUPYTER_TOKEN"
+            [[ "$TOKEN_GENERATED" == true ]] || shown="<your JUPYTER_TOKEN>"
+            log "JupyterLab is ready: ${url}lab?token=$shown"
+            log "(that is the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888)"
+            ;;
+        3)
+            log "JupyterLab started without a token (an empty token in a Jupyter config file?); stopping it. Set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead."
+            kill -TERM "$JUPYTER_PID" 2>/dev/null || true
+            wait "$JUPYTER_PID" 2>/dev/null || true
+            stop_services
+            exit 2
+            ;;
+        *) ;;  # it died (the supervisor reports it) or is slow (the healthcheck says so)
+    esac
+}
+
+# --- supervision -------------------------------------------------------------------
+
+stop_services() {
+    local pid
+    for pid in $JUPYTER_PID $SSHD_PID; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in $JUPYTER_PID $SSHD_PID; do wait "$pid" 2>/dev/null || true; done
+}
+
+on_signal() {
+    trap '' TERM INT HUP
+    log "got SIG$1; stopping JupyterLab${SSHD_PID:+ and sshd}"
+    stop_services
+    exit 0
+}
+
+# Wait until JupyterLab ends; its status is the container's. sshd ending alone
+# is logged (the healthcheck turns unhealthy) and JupyterLab keeps serving.
+supervise() {
+    local done_pid status
+    while true; do
+        status=0
+        wait -n -p done_pid "$JUPYTER_PID" ${SSHD_PID:+"$SSHD_PID"} || status=$?
+        if [[ "$done_pid" == "$JUPYTER_PID" ]]; then
+            log "JupyterLab exited with status $status; stopping the container"
+            JUPYTER_PID=""
+            stop_services
+            exit "$status"
+        elif [[ -n "$SSHD_PID" && "$done_pid" == "$SSHD_PID" ]]; then
+            log "sshd exited with status $status: SSH is down, the healthcheck reports unhealthy; JupyterLab keeps running"
+            SSHD_PID=""
+        fi
+    done
+}
+
+main() {
+    local mode=command
+    case "${1-}" in
+        "" | jupyter-lab) mode=jupyter; shift || true ;;
+        jupyter) if [[ "${2-}" == lab ]]; then mode=jupyter; shift 2; fi ;;
+        -*) mode=jupyter ;;
+        sshd) mode=sshd; shift ;;
+    esac
+
+    if [[ "$mode" == command ]]; then
+        setup_identity 2>/dev/null || true
+        exec "$@"
+    fi
+
+    make_run_dir || { log "cannot create $RUN_DIR as UID $(id -u) (does it belong to another UID?)"; exit 2; }
+    setup_home
+    setup_passwd_entry
+    rm -f "$RUN_DIR/services" "$RUN_DIR/sshd.pid" "${JUPYTER_RUNTIME_DIR:-$RUN_DIR/jupyter}"/jpserver-*
+    : >"$RUN_DIR/services"
+    trap 'on_signal TERM' TERM
+    trap 'on_signal INT' INT
+    trap 'on_signal HUP' HUP
+    startup_report
+
+    if [[ "$mode" == sshd ]]; then
+        start_sshd || { log "nothing to serve: the sshd command needs a public key"; exit 2; }
+        local status=0
+        wait "$SSHD_PID" || status=$?
+        log "sshd exited with status $status"
+        exit "$status"
+    fi
+    start_sshd || true
+    start_jupyter "$@"
+    supervise
+}
+
+main "$@"

@@ -31,6 +31,7 @@ _PROJECT_KEYS = {
     "user": str,
     "uid": int,
     "gid": int,
+    "resolved_before": str,
 }
 _GATE_KEYS = {
     "env_id": str,
@@ -106,6 +107,7 @@ class Matrix:
     user: str
     uid: int
     gid: int
+    resolved_before: str
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
     variants: tuple[Variant, ...]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import shutil
 import signal
@@ -151,13 +152,23 @@ def _rel_err(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-12))
 
 
+def conv_fwd_bwd(x, w, device: str):
+    """(output, grad_input, grad_weight) of conv2d on `device`, returned on the CPU."""
+    import torch.nn.functional as F
+
+    xi = x.detach().to(device).requires_grad_()
+    wi = w.detach().to(device).requires_grad_()
+    out = F.conv2d(xi, wi, padding=1)
+    out.square().sum().backward()
+    return out.detach().cpu(), xi.grad.cpu(), wi.grad.cpu()
+
+
 def check_cudnn(ctx: Context) -> Outcome:
     """conv2d forward + backward through cuDNN agrees with the CPU (TF32-sized tolerance)."""
     gate = ctx.gpu_gate()
     if gate:
         return gate
     import torch
-    import torch.nn.functional as F
 
     if not torch.backends.cudnn.is_available():
         return failed("torch.backends.cudnn.is_available() is False on a CUDA build")
@@ -166,16 +177,8 @@ def check_cudnn(ctx: Context) -> Outcome:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(4, 3, 32, 32, generator=gen)
     w = torch.randn(8, 3, 3, 3, generator=gen)
-
-    def run(device):
-        xi = x.to(device).requires_grad_()
-        wi = w.to(device).requires_grad_()
-        out = F.conv2d(xi, wi, padding=1)
-        out.square().sum().backward()
-        return out.detach().cpu(), xi.grad.cpu(), wi.grad.cpu()
-
-    cpu = run("cpu")
-    gpu = run("cuda")
+    cpu = conv_fwd_bwd(x, w, "cpu")
+    gpu = conv_fwd_bwd(x, w, "cuda")
     torch.cuda.synchronize()
     errors = {name: _rel_err(g, c) for name, g, c in zip(("output", "grad_input", "grad_weight"), gpu, cpu)}
     # TF32 (cuDNN's default for fp32 convs on Ampere+) gives ~1e-3; garbage gives ~1.
@@ -314,6 +317,8 @@ def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -
     env.setdefault("OMP_NUM_THREADS", "1")
     if backend == "gloo":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # containers without a resolvable hostname
+    else:
+        env.setdefault("NCCL_DEBUG", "WARN")  # NCCL says why it failed in the stderr tail
     last = None
     for _attempt in range(2):  # a second try only if the free port was taken meanwhile
         with tempfile.TemporaryDirectory(prefix="smoke-dist-") as out_dir:
@@ -340,7 +345,11 @@ def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -
 def check_distributed(ctx: Context) -> Outcome:
     """NCCL across all GPUs when there are GPUs; otherwise gloo with 2 CPU processes."""
     if ctx.cuda_ok:
-        return run_distributed("nccl", ctx.facts["gpu_count"])
+        outcome = run_distributed("nccl", ctx.facts["gpu_count"])
+        advice = rules.shm_advice(ctx.facts.get("shm_bytes"))
+        if outcome.status == "fail" and advice:  # NCCL's intra-node transport lives in /dev/shm
+            return failed(f"{outcome.detail}; {advice}")
+        return outcome
     if ctx.gpu_needed:
         return failed(f"nccl: {ctx.no_gpu_reason()}")
     outcome = run_distributed("gloo", 2)
@@ -367,6 +376,8 @@ def compile_and_compare(device: str) -> Outcome:
     if compiler is None:
         need = "a C++ compiler (g++) for Inductor's CPU backend" if device == "cpu" else "a C compiler (gcc) for Triton"
         return failed(f"torch.compile on {device} needs {need}; none found on PATH. The image is supposed to ship gcc/g++: rebuild it")
+    if device == "cpu":  # "No CUDA runtime is found, using CUDA_HOME=..." is noise for a CPU compile
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device).eval()
     x = torch.randn(16, 32, device=device)

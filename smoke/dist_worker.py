@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    timeout = datetime.timedelta(seconds=args.timeout)
+    if args.backend == "nccl":  # device_id binds the communicator to this rank's GPU (no barrier() guessing)
+        dist.init_process_group(args.backend, timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group(args.backend, timeout=timeout)
     try:
         observed = run_collectives(torch, dist, device)
         dist.barrier()

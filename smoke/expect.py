@@ -74,3 +74,24 @@ def validate_expect(data: object) -> dict:
     if lines is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in lines.items()):
         raise UsageError('--expect driver_lines must map CUDA lines to driver versions, e.g. {"12.8": "525.60.13"}')
     return out
+
+
+def expect_from_facts(facts: dict, min_driver: str | None = None, variant: str | None = None) -> dict:
+    """Expectations that the machine described by `facts` (smoke.facts.collect) meets.
+
+    For tests and for running the checks outside an image (e.g. on a GPU host with
+    its own torch); images are always checked against the matrix's pins instead.
+    """
+    return validate_expect(
+        {
+            "variant": variant,
+            "torch": facts["torch_release"],
+            "torchvision": facts["torchvision"].split("+", 1)[0] if facts["torchvision"] else None,
+            "torchaudio": facts["torchaudio"].split("+", 1)[0] if facts["torchaudio"] else None,
+            "cuda": facts["cuda"],
+            "cudnn": facts["cudnn"],
+            "nccl": facts["nccl"],
+            "python": ".".join(facts["python"].split(".")[:2]),
+            "min_driver": min_driver,
+        }
+    )

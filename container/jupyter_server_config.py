@@ -1,0 +1,31 @@
+"""The image's JupyterLab defaults (installed as /etc/jupyter/jupyter_server_config.py).
+
+System-wide config has the lowest priority: ~/.jupyter/jupyter_server_config.py
+and command-line flags (`docker run IMAGE jupyter-lab --port=9999`) override it.
+Token auth stays on whatever they say: start.sh always exports a non-empty
+JUPYTER_TOKEN and refuses to serve when the running server reports no token.
+"""
+
+import os
+
+c = get_config()  # noqa: F821 (provided by Jupyter when it loads this file)
+
+# Listen on every interface of the container; publish the port on the host's
+# loopback only (docker run -p 127.0.0.1:8888:8888).
+c.ServerApp.ip = "0.0.0.0"
+c.ServerApp.port = 8888
+# Fail loudly when 8888 is taken inside the container instead of moving to a
+# port nobody published.
+c.ServerApp.port_retries = 0
+c.ServerApp.open_browser = False
+c.ServerApp.root_dir = "/workspace"
+
+# An alternative to the token: a hashed password (docs/using-the-image.md shows
+# how to make one). The token keeps working beside it.
+if os.environ.get("JUPYTER_PASSWORD_HASH"):
+    c.PasswordIdentityProvider.hashed_password = os.environ["JUPYTER_PASSWORD_HASH"]
+
+# No calls to the internet from the server: no update check against PyPI, no
+# news feed (the image must work offline and behind proxies).
+c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
+c.LabApp.news_url = None

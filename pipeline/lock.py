@@ -1,0 +1,152 @@
+"""Hash-locked dependencies: one lock per variant, resolved with uv, split into layers.
+
+`python build.py lock --cuda 12.8` resolves the variant's pins (torch,
+torchvision, torchaudio and [packages]) for the image's Python and platform
+against the variant's wheel index, with a sha256 for every file, and writes it
+as a few requirement files, one per image layer:
+
+    images/locks/cu128/1-cuda-libs-a.txt   cuDNN, cuBLAS           (largest wheels)
+    images/locks/cu128/2-cuda-libs-b.txt   the other nvidia-* wheels
+    images/locks/cu128/3-torch.txt         torch, triton
+    images/locks/cu128/4-packages.txt      everything else
+
+Each layer installs its file with `pip install --no-deps --require-hashes`, so
+the big CUDA wheels push in parallel and a change to JupyterLab rebuilds only the
+last one. `inputs.sha256` beside them holds a digest of the lock's inputs;
+`lock --check` recomputes it offline and fails when the matrix changed since
+the lock was made. (It is a file of its own, not a line in each layer file, so
+a new JupyterLab pin leaves the CUDA layers' files, and their cache, untouched.)
+`resolved_before` in the matrix freezes resolution in time, so the same matrix
+gives the same lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import BuildFailed, UsageError
+from pipeline.variants import REPO_ROOT, Matrix, Variant
+
+LOCK_ROOT = REPO_ROOT / "images" / "locks"
+PLATFORM = "x86_64-manylinux_2_36"  # Debian bookworm's glibc 2.36
+
+# (file name, what goes in it); the first group whose pattern matches wins.
+LAYERS: tuple[tuple[str, str], ...] = (
+    ("1-cuda-libs-a.txt", r"nvidia-(cudnn|cublas)-.*"),
+    ("2-cuda-libs-b.txt", r"nvidia-.*"),
+    ("3-torch.txt", r"(torch|triton)"),
+    ("4-packages.txt", r".*"),
+)
+DIGEST_FILE = "inputs.sha256"
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    variant: str
+    state: str  # "fresh", "stale", "missing"
+
+
+def lock_dir(variant: Variant, root: Path = LOCK_ROOT) -> Path:
+    return root / variant.name
+
+
+def requirements_in(variant: Variant) -> str:
+    pins = [("torch", variant.torch), ("torchvision", variant.torchvision), ("torchaudio", variant.torchaudio)]
+    return "".join(f"{name}=={version}\n" for name, version in [*pins, *variant.packages])
+
+
+def _extra_index(variant: Variant) -> list[str]:
+    # PyTorch's per-CUDA indexes mirror torch's dependencies but not JupyterLab's.
+    return [] if variant.uses_pypi else ["--extra-index-url", "https://pypi.org/simple", "--index-strategy", "unsafe-best-match"]
+
+
+def inputs_digest(matrix: Matrix, variant: Variant) -> str:
+    parts = [requirements_in(variant), variant.index, variant.python, PLATFORM, matrix.resolved_before, repr(LAYERS)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _uv() -> str:
+    exe = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(exe).exists():
+        raise UsageError("uv not found; `pip install -r requirements-dev.txt` brings it")
+    return exe
+
+
+def compile_lock(matrix: Matrix, variant: Variant) -> str:
+    """Resolve the variant with uv; return the full lock (requirements format with hashes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "requirements.in"
+        src.write_text(requirements_in(variant))
+        argv = [
+            _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header",
+            "--generate-hashes", "--index-url", variant.index, *_extra_index(variant),
+            "--python-version", variant.python, "--python-platform", PLATFORM,
+            "--exclude-newer", matrix.resolved_before, src.name,
+        ]  # fmt: skip
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=600, cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"}
+        )
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1].strip()[:200]
+        raise BuildFailed(f"cannot resolve the lock for {variant.name} from {variant.index} ({reason}); run `build.py lock` on a host that reaches it")
+    return result.stdout
+
+
+def split_lock(text: str) -> dict[str, str]:
+    """Split a uv lock into the layer files: {file name: requirement blocks}."""
+    blocks: list[tuple[str, str]] = []
+    for line in text.splitlines(keepends=True):
+        if re.match(r"^[A-Za-z0-9]", line):
+            name = re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
+            blocks.append((name, line))
+        elif blocks and line.strip():
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + line)
+    out = {file: "" for file, _ in LAYERS}
+    for name, block in blocks:
+        file = next(f for f, pattern in LAYERS if re.fullmatch(pattern, name))
+        out[file] += block
+    return out
+
+
+def header(matrix: Matrix, variant: Variant, file: str) -> str:
+    return (
+        f"# GENERATED by `python build.py lock --cuda {variant.cuda}` (uv pip compile --generate-hashes,\n"
+        f"# Python {variant.python}, {PLATFORM}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
+        f"# DO NOT EDIT. Layer file {file} of the {variant.name} lock.\n"
+    )
+
+
+def write_lock(matrix: Matrix, variant: Variant, lock_text: str, root: Path = LOCK_ROOT) -> list[Path]:
+    folder = lock_dir(variant, root)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for file, body in split_lock(lock_text).items():
+        path = folder / file
+        path.write_text(header(matrix, variant, file) + body)
+        written.append(path)
+    (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant) + "\n")
+    return [*written, folder / DIGEST_FILE]
+
+
+def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> LockStatus:
+    folder = lock_dir(variant, root)
+    files = [folder / file for file, _ in LAYERS]
+    if not any(p.exists() for p in files):
+        return LockStatus(variant.name, "missing")
+    digest = folder / DIGEST_FILE
+    if not all(p.exists() for p in files) or not digest.exists():
+        return LockStatus(variant.name, "stale")
+    fresh = digest.read_text().strip() == inputs_digest(matrix, variant)
+    return LockStatus(variant.name, "fresh" if fresh else "stale")
+
+
+def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
+    return all((lock_dir(variant, root) / file).exists() for file, _ in LAYERS)

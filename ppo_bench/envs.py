@@ -1,0 +1,242 @@
+"""Vectorised environments behind one small interface.
+
+Both backends reset a finished sub-environment in the SAME step that ended it
+(gymnasium's `AutoresetMode.SAME_STEP`): `step()` returns the first observation
+of the new episode, and the observation the old episode ended in comes back
+separately as `final_obs` (needed to bootstrap the value of a truncated episode).
+So every transition the trainer stores is a real one. Under gymnasium 1.x's
+default (NEXT_STEP) the step after a done would instead be a reset step whose
+action is ignored, and `infos["final_info"]` no longer exists, which is why
+CleanRL's ppo.py records no episode returns on gymnasium 1.x.
+
+* `TorchCartPole`: CartPole-v1 as tensor arithmetic on the training device,
+  thousands of environments per call, no host round trip per step.
+* `GymVectorEnv`: any gymnasium environment id through `gymnasium.vector.SyncVectorEnv`
+  (discrete or Box actions), wrapped in `RecordEpisodeStatistics`.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from ppo_bench.errors import ConfigError
+
+
+class StepOut(NamedTuple):
+    """What one vectorised step returns; every tensor has the batch dimension first."""
+
+    obs: torch.Tensor  # next observation; already the reset observation where the episode ended
+    reward: torch.Tensor  # float32
+    terminated: torch.Tensor  # bool: the MDP ended (pole fell, cart left the track)
+    truncated: torch.Tensor  # bool: the time limit cut the episode off
+    final_obs: torch.Tensor  # the observation the episode ended in (equals `obs` where not done)
+    episode_return: torch.Tensor  # float32: return of the episode that ended here (0 where not done)
+    episode_length: torch.Tensor  # int32: its length in steps (0 where not done)
+
+
+class TorchCartPole:
+    """CartPole-v1 for `num_envs` environments at once, in torch, on `device`.
+
+    Same physics, reward, termination and reset rule as gymnasium's CartPole-v1
+    (`gymnasium/envs/classic_control/cartpole.py`, euler integrator) plus its
+    `TimeLimit(max_episode_steps=500)`: reward 1 every step including the one
+    that terminates, terminated when |x| > 2.4 or |theta| > 12 degrees,
+    truncated when the episode reaches 500 steps, reset state uniform in
+    [-0.05, 0.05) for all four state variables.
+
+    Randomness comes from torch's default generator of `device` (seed it with
+    `torch.manual_seed`), which also keeps `step` capturable in a CUDA graph.
+    `dtype` is the state's precision: float32 is fast, float64 is what
+    gymnasium computes in (used by the step-for-step tests). Observations are
+    always float32, like gymnasium's.
+    """
+
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    total_mass = masspole + masscart
+    length = 0.5  # half the pole's length
+    polemass_length = masspole * length
+    force_mag = 10.0
+    tau = 0.02  # seconds between state updates
+    theta_threshold_radians = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+    reset_low, reset_high = -0.05, 0.05
+
+    single_observation_shape = (4,)
+    num_actions = 2
+    continuous = False
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, max_episode_steps: int = 500):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.max_episode_steps = max_episode_steps
+        self.state = torch.zeros((num_envs, 4), device=self.device, dtype=dtype)
+        self.steps = torch.zeros(num_envs, device=self.device, dtype=torch.int32)
+        self.ep_return = torch.zeros(num_envs, device=self.device, dtype=torch.float32)
+
+    def _random_states(self) -> torch.Tensor:
+        u = torch.rand((self.num_envs, 4), device=self.device, dtype=self.dtype)
+        return u * (self.reset_high - self.reset_low) + self.reset_low
+
+    def reset(self) -> torch.Tensor:
+        """Start a new episode in every environment; returns the observations."""
+        self.state.copy_(self._random_states())
+        self.steps.zero_()
+        self.ep_return.zero_()
+        return self.state.float()
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        """Advance every environment by one step (action 1 pushes right, 0 left)."""
+        x, x_dot, theta, theta_dot = self.state.unbind(1)
+        force = action.to(self.dtype) * (2 * self.force_mag) - self.force_mag
+        costheta = torch.cos(theta)
+        sintheta = torch.sin(theta)
+        # Same expression order as gymnasium, so float64 results agree to rounding.
+        temp = (force + self.polemass_length * (theta_dot * theta_dot) * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * (costheta * costheta) / self.total_mass)
+        )
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        x = x + self.tau * x_dot
+        x_dot = x_dot + self.tau * xacc
+        theta = theta + self.tau * theta_dot
+        theta_dot = theta_dot + self.tau * thetaacc
+        new_state = torch.stack((x, x_dot, theta, theta_dot), dim=1)
+
+        terminated = (x.abs() > self.x_threshold) | (theta.abs() > self.theta_threshold_radians)
+        steps = self.steps + 1
+        truncated = steps >= self.max_episode_steps
+        done = terminated | truncated
+        reward = torch.ones(self.num_envs, device=self.device, dtype=torch.float32)
+        ep_return = self.ep_return + reward
+
+        # Same-step autoreset: finished environments start their next episode now.
+        self.state.copy_(torch.where(done.unsqueeze(1), self._random_states(), new_state))
+        self.steps.copy_(torch.where(done, 0, steps))
+        self.ep_return.copy_(torch.where(done, 0.0, ep_return))
+        return StepOut(
+            obs=self.state.float(),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=new_state.float(),
+            episode_return=torch.where(done, ep_return, 0.0),
+            episode_length=torch.where(done, steps, 0),
+        )
+
+    def state_dict(self) -> dict:
+        return {"state": self.state.clone(), "steps": self.steps.clone(), "ep_return": self.ep_return.clone()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.state.copy_(sd["state"])
+        self.steps.copy_(sd["steps"])
+        self.ep_return.copy_(sd["ep_return"])
+
+    def close(self) -> None:
+        pass
+
+
+class GymVectorEnv:
+    """gymnasium environments (SyncVectorEnv, same-step autoreset) as torch tensors.
+
+    Episode returns come from gymnasium's own `wrappers.vector.RecordEpisodeStatistics`
+    (`infos["episode"]`, masked by `infos["_episode"]`). Box actions are clipped to
+    the action space before they reach the environment (the trainer keeps the
+    unclipped sample for its log-probabilities).
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
+        import gymnasium as gym
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+        from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"--env-id {env_id!r} is not a registered gymnasium environment ({exc})") from exc
+        self._vec = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)],
+                                  autoreset_mode=AutoresetMode.SAME_STEP)
+        self.envs = RecordEpisodeStatistics(self._vec)
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.seed = seed
+        obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            raise ConfigError(f"{env_id}: only flat Box observations are supported, got {obs_space}")
+        self.single_observation_shape = tuple(obs_space.shape)
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.continuous, self.num_actions = False, int(act_space.n)
+        elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+            self.continuous, self.num_actions = True, int(act_space.shape[0])
+            self._low, self._high = act_space.low, act_space.high
+        else:
+            raise ConfigError(f"{env_id}: only Discrete or 1-D Box actions are supported, got {act_space}")
+
+    def _to_torch(self, array: np.ndarray, dtype=torch.float32) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device)
+
+    def reset(self) -> torch.Tensor:
+        obs, _ = self.envs.reset(seed=self.seed)  # sub-environment i gets seed + i
+        return self._to_torch(obs)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        act = action.cpu().numpy()
+        act = np.clip(act, self._low, self._high) if self.continuous else act.astype(np.int64)
+        obs, reward, terminated, truncated, infos = self.envs.step(act)
+        done = terminated | truncated
+        final_obs = obs.copy()
+        if "_final_obs" in infos:
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = infos["final_obs"][i]
+        ep_ret = np.zeros(self.num_envs, dtype=np.float32)
+        ep_len = np.zeros(self.num_envs, dtype=np.int32)
+        if "_episode" in infos:
+            mask = infos["_episode"]
+            ep_ret[mask] = infos["episode"]["r"][mask]
+            ep_len[mask] = infos["episode"]["l"][mask]
+        assert (ep_len > 0).sum() == done.sum(), "every finished episode must report its return"
+        return StepOut(
+            obs=self._to_torch(obs),
+            reward=self._to_torch(reward),
+            terminated=self._to_torch(terminated, torch.bool),
+            truncated=self._to_torch(truncated, torch.bool),
+            final_obs=self._to_torch(final_obs),
+            episode_return=self._to_torch(ep_ret),
+            episode_length=self._to_torch(ep_len, torch.int32),
+        )
+
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue these episodes exactly."""
+        return {
+            "sub_envs": pickle.dumps(self._vec.envs),
+            "episode_returns": self.envs.episode_returns.copy(),
+            "episode_lengths": self.envs.episode_lengths.copy(),
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        self._vec.envs = pickle.loads(sd["sub_envs"])  # noqa: S301 - our own checkpoint
+        self.envs.episode_returns = sd["episode_returns"].copy()
+        self.envs.episode_lengths = sd["episode_lengths"].copy()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def make_envs(backend: str, env_id: str, num_envs: int, seed: int, device: torch.device):
+    """The environments for one process (one rank)."""
+    if backend == "torch":
+        if env_id != "CartPole-v1":
+            raise ConfigError(f"--backend torch implements CartPole-v1 only, not {env_id!r}; "
+                              "use --backend gymnasium for other environments")
+        return TorchCartPole(num_envs, device)
+    if backend == "gymnasium":
+        return GymVectorEnv(env_id, num_envs, seed, device)
+    raise ConfigError(f"--backend must be 'torch' or 'gymnasium', not {backend!r}")

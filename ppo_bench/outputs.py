@@ -1,0 +1,132 @@
+"""What a run leaves behind: result.json, learning_curve.png, TensorBoard events,
+checkpoints (all written atomically), and the progress display."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same directory, then os.replace() it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: dict) -> None:
+    _atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
+
+
+def save_checkpoint(path: Path, obj: dict) -> None:
+    _atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def load_checkpoint(path: Path) -> dict:
+    # weights_only=False: the checkpoint holds RNG states and pickled environments,
+    # and it is a file this program wrote itself.
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def versions() -> dict:
+    """Versions of what the run used (read from package metadata, no imports)."""
+    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    for pkg in ("gymnasium", "numpy", "tensorboard", "matplotlib"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def make_writer(out_dir: Path, purge_step: int | None):
+    """A TensorBoard SummaryWriter (imported here: tensorboard is slow to import)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(out_dir), purge_step=purge_step)
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last `window` values at each position (fewer at the start)."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def plot_learning_curve(path: Path, steps: list[int], returns: list[float], window: int,
+                        target: float | None, steps_to_target: int | None, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    if steps:
+        ax.scatter(steps, returns, s=2, alpha=0.25, color="tab:blue", label="episode return")
+        ax.plot(steps, rolling_mean(returns, window), color="tab:orange", lw=2,
+                label=f"mean of last {window} episodes")
+    if target is not None:
+        ax.axhline(target, color="tab:green", ls="--", lw=1, label=f"target {target:g}")
+    if steps_to_target is not None:
+        ax.axvline(steps_to_target, color="tab:red", ls=":", lw=1, label=f"target reached at {steps_to_target:,}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episodic return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    _atomic_write(path, lambda f: fig.savefig(f, format="png"))
+    plt.close(fig)
+
+
+class Progress:
+    """A tqdm bar on a terminal; otherwise one compact line every `interval` seconds
+    (docker logs, CI), flushed at once."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, interval: float, prefix: str = "ppo_bench"):
+        self.total, self.prefix, self.interval = total, prefix, interval
+        self.bar = None
+        self.next_print = time.monotonic() + interval
+        self.last_step = initial
+        if enabled and sys.stdout.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True)
+        self.lines = enabled and self.bar is None
+
+    def update(self, step: int, mean_return: float | None, sps: float, elapsed: float) -> None:
+        ret = "n/a" if mean_return is None else f"{mean_return:.1f}"
+        if self.bar is not None:
+            self.bar.update(step - self.last_step)
+            self.bar.set_postfix_str(f"return {ret}, {sps:,.0f} sps", refresh=False)
+        elif self.lines and time.monotonic() >= self.next_print:
+            self.next_print = time.monotonic() + self.interval
+            pct = 100.0 * step / max(self.total, 1)
+            print(f"{self.prefix}: step {step:,}/{self.total:,} ({pct:.0f}%) | mean return {ret} | "
+                  f"{sps:,.0f} steps/s | {elapsed:.1f}s", flush=True)
+        self.last_step = step
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,753 @@
+"""PPO (clipped surrogate), top to bottom, after CleanRL's ppo.py.
+
+Differences from CleanRL's ppo.py, each for a reason:
+* environments reset in the same step that ends an episode (see envs.py), and a
+  truncated episode (time limit) is bootstrapped with the value of its final
+  observation instead of being treated as a failure;
+* `--backend torch` keeps CartPole itself on the training device (envs.py), so the
+  rollout makes no host round trip per step; the host reads back the episode
+  returns once per iteration;
+* sampling is Gumbel-max and log-probabilities are written out (no
+  torch.distributions), so one rollout can be captured in a CUDA graph;
+* `torchrun` scale-out (each rank its own environments, gradients averaged with
+  one all_reduce per minibatch), checkpoints with RNG and environment states
+  for an exact `--resume`, and a result.json that the image gate reads.
+
+Entry point: `python -m ppo_bench --help` (CLI in __main__.py); `train(Args(...))`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import random
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ppo_bench import outputs
+from ppo_bench.envs import make_envs
+from ppo_bench.errors import ConfigError, GpuRequiredError
+
+BACKENDS = ("torch", "gymnasium")
+
+# Algorithm settings whose best value depends on the backend. `None` in Args means
+# "take it from here". The gymnasium column is CleanRL's ppo.py defaults. The
+# torch column was tuned to reach CartPole's target fast in wall-clock time on a
+# 2-core CPU (docs/ppo-benchmark.md has the measurements): more environments
+# and a larger learning rate than CleanRL, a few large minibatches.
+BACKEND_DEFAULTS = {
+    "torch": dict(total_timesteps=2_000_000, num_envs=128, num_steps=32, learning_rate=2.5e-3,
+                  num_minibatches=4, update_epochs=4),
+    "gymnasium": dict(total_timesteps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
+                      num_minibatches=4, update_epochs=4),
+}
+
+
+@dataclass
+class Args:
+    # --- experiment -----------------------------------------------------------
+    exp_name: str = "ppo_bench"
+    """the name of this experiment (TensorBoard text, result.json)"""
+    seed: int = 1
+    """seed of the experiment: network init, action sampling, environment resets"""
+    torch_deterministic: bool = True
+    """ask torch for deterministic kernels (cudnn.deterministic, cuBLAS workspace config)"""
+    device: str = "auto"
+    """'auto' (cuda when torch sees a GPU, else cpu), 'cpu' or 'cuda'"""
+    require_gpu: bool = False
+    """fail with exit code 2 unless torch sees a CUDA GPU"""
+    threads: int = 0
+    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default"""
+
+    # --- environment ----------------------------------------------------------
+    backend: str = "torch"
+    """'torch': CartPole-v1 batched in torch on the device; 'gymnasium': gymnasium vector envs on the host"""
+    env_id: str = "CartPole-v1"
+    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1)"""
+    num_envs: int | None = None
+    """parallel environments per process (default per backend: torch 128, gymnasium 4)"""
+
+    # --- algorithm --------------------------------------------------------------
+    total_timesteps: int | None = None
+    """total environment steps over all processes (default: torch 2,000,000, gymnasium 500,000)"""
+    learning_rate: float | None = None
+    """Adam learning rate (default: torch 2.5e-3, gymnasium 2.5e-4)"""
+    num_steps: int | None = None
+    """steps per environment per rollout (default: torch 32, gymnasium 128)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over total_timesteps"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalised advantage estimation"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default 4)"""
+    update_epochs: int | None = None
+    """epochs over each rollout batch (default 4)"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient (also clips the value loss)"""
+    clip_vloss: bool = True
+    """use the clipped value loss of the PPO paper"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: float | None = None
+    """stop an update's epochs early when the approximate KL exceeds this"""
+    bootstrap_truncation: bool = True
+    """bootstrap truncated episodes (time limit) with V(final observation) instead of treating them as terminal"""
+    hidden_size: int = 64
+    """width of the two hidden layers of the actor and of the critic"""
+    activation: str = "tanh"
+    """hidden activation: 'tanh' (CleanRL) or 'relu'"""
+
+    # --- target and outputs -------------------------------------------------------
+    target_return: float | None = None
+    """mean return over the last `target_window` episodes that counts as solved (default: the env's reward threshold, 475 for CartPole-v1)"""
+    target_window: int = 100
+    """how many of the most recent finished episodes the target mean is taken over"""
+    stop_at_target: bool = False
+    """stop as soon as the target is reached"""
+    fail_below_target: bool = False
+    """exit with code 3 if the target was not reached"""
+    out_dir: str = "runs/ppo_bench"
+    """where result.json, learning_curve.png, TensorBoard events and checkpoints go"""
+    progress: bool = True
+    """progress bar on a terminal; otherwise (or with --no-progress) a progress line every progress_interval seconds"""
+    progress_interval: float = 5.0
+    """seconds between progress lines when there is no progress bar"""
+    checkpoint_every: float = 60.0
+    """seconds between checkpoints (one is always written at the end); 0 = only at the end"""
+    resume: bool = False
+    """continue the run whose checkpoint is in out_dir, exactly where it stopped"""
+    stop_after_iterations: int = 0
+    """stop (with a checkpoint) after this many iterations of this invocation; 0 = no limit. For time-sliced jobs"""
+
+    # --- speed options (docs/ppo-benchmark.md says what each one is worth) --------
+    cuda_graphs: bool = False
+    """capture each rollout (policy + torch CartPole, num_steps steps) in one CUDA graph; cuda + torch backend only"""
+    compile: bool = False
+    """torch.compile the rollout step and the loss (needs a C++ compiler on CPU; compiling takes tens of seconds)"""
+    amp: str = "off"
+    """automatic mixed precision for the networks: 'off', 'bf16', or 'fp16' (cuda only, with GradScaler)"""
+    adam: str = "auto"
+    """Adam implementation: 'foreach', 'fused', or 'auto' (fused on cuda, foreach on cpu)"""
+
+
+# Fields that may differ between a run and its --resume (they do not change results).
+RUNTIME_ONLY_FIELDS = {"out_dir", "progress", "progress_interval", "checkpoint_every", "resume",
+                       "stop_after_iterations", "require_gpu", "fail_below_target", "stop_at_target"}
+
+
+def resolve_args(args: Args) -> Args:
+    """Fill backend defaults and check that the arguments can work together."""
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, not {args.backend!r}")
+    filled = {k: v for k, v in BACKEND_DEFAULTS[args.backend].items() if getattr(args, k) is None}
+    args = dataclasses.replace(args, **filled)
+    if args.target_return is None:
+        args = dataclasses.replace(args, target_return=_default_target(args))
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "target_window"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        raise ConfigError(f"num_envs*num_steps ({args.num_envs}*{args.num_steps}) must be divisible by "
+                          f"--num-minibatches ({args.num_minibatches})")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, not {args.device!r}")
+    if args.amp not in ("off", "bf16", "fp16"):
+        raise ConfigError(f"--amp must be off, bf16 or fp16, not {args.amp!r}")
+    if args.activation not in ACTIVATIONS:
+        raise ConfigError(f"--activation must be one of {', '.join(ACTIVATIONS)}, not {args.activation!r}")
+    if args.adam not in ("auto", "foreach", "fused"):
+        raise ConfigError(f"--adam must be auto, foreach or fused, not {args.adam!r}")
+    if args.require_gpu and args.device == "cpu":
+        raise ConfigError("--require-gpu contradicts --device cpu")
+    if args.cuda_graphs and args.backend != "torch":
+        raise ConfigError("--cuda-graphs needs --backend torch (gymnasium envs step on the host)")
+    if args.fail_below_target and args.target_return is None:
+        raise ConfigError(f"--fail-below-target needs --target-return ({args.env_id} has no reward threshold)")
+    return args
+
+
+def _default_target(args: Args) -> float | None:
+    if args.env_id == "CartPole-v1":
+        return 475.0  # gymnasium's reward_threshold for CartPole-v1
+    if args.backend == "gymnasium":
+        import gymnasium as gym
+
+        with contextlib.suppress(gym.error.Error):
+            return gym.spec(args.env_id).reward_threshold
+    return None
+
+
+# =============================================================================
+# The agent: separate actor and critic MLPs (64-64, tanh), CleanRL's init.
+# =============================================================================
+
+
+def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(in_dim: int, out_dim: int, out_std: float, hidden: int, activation: str) -> nn.Sequential:
+    act = ACTIVATIONS[activation]
+    return nn.Sequential(
+        layer_init(nn.Linear(in_dim, hidden)), act(),
+        layer_init(nn.Linear(hidden, hidden)), act(),
+        layer_init(nn.Linear(hidden, out_dim), std=out_std),
+    )
+
+
+class Agent(nn.Module):
+    """Categorical policy for discrete actions, diagonal Gaussian for Box actions."""
+
+    def __init__(self, obs_dim: int, num_actions: int, continuous: bool, hidden: int = 64,
+                 activation: str = "tanh"):
+        super().__init__()
+        self.continuous = continuous
+        self.critic = mlp(obs_dim, 1, 1.0, hidden, activation)
+        self.actor = mlp(obs_dim, num_actions, 0.01, hidden, activation)
+        if continuous:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, num_actions))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def act(self, obs: torch.Tensor):
+        """Sample an action; returns (action, its log-probability, V(obs))."""
+        out = self.actor(obs)
+        if self.continuous:
+            logstd = self.actor_logstd.expand_as(out)
+            action = out + logstd.exp() * torch.randn_like(out)
+            logprob = gaussian_logprob(action, out, logstd).sum(-1)
+        else:
+            logp = out.float().log_softmax(-1)
+            gumbel = -torch.log(-torch.log(torch.rand_like(logp)))  # Gumbel-max == categorical sample
+            action = (logp + gumbel).argmax(-1)
+            logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        return action, logprob, self.value(obs)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+        """Log-probability and entropy of given actions, and V(obs)."""
+        out = self.actor(obs)
+        if self.continuous:
+            logstd = self.actor_logstd.expand_as(out)
+            logprob = gaussian_logprob(action, out, logstd).sum(-1)
+            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
+        else:
+            logp = out.float().log_softmax(-1)
+            logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp.exp() * logp).sum(-1)
+        return logprob, entropy, self.value(obs)
+
+
+def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
+    return -((x - mean) ** 2) / (2 * torch.exp(2 * logstd)) - logstd - 0.5 * math.log(2 * math.pi)
+
+
+# =============================================================================
+# The pieces of the PPO update, as plain functions (the unit tests check them).
+# =============================================================================
+
+
+def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: float):
+    """Generalised advantage estimation over a (num_steps, num_envs) rollout.
+
+    `dones[t]` is 1 where the episode ended AT step t (its transition t was the
+    last), so step t's successor value is masked out. Returns (advantages, returns).
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        nextvalues = next_value if t == num_steps - 1 else values[t + 1]
+        nextnonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages, advantages + values
+
+
+def clipped_policy_loss(newlogprob, oldlogprob, advantages, clip_coef: float):
+    """PPO's clipped surrogate (to minimise); also returns approx KL and clip fraction."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return pg_loss, approx_kl, clipfrac
+
+
+def clipped_value_loss(newvalue, oldvalue, returns, clip_coef: float, clip: bool = True):
+    """0.5 * max(unclipped, clipped) squared error (or plain 0.5 * MSE with clip=False)."""
+    v_loss_unclipped = (newvalue - returns) ** 2
+    if not clip:
+        return 0.5 * v_loss_unclipped.mean()
+    v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+    v_loss_clipped = (v_clipped - returns) ** 2
+    return 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+
+
+# =============================================================================
+# Device, distributed setup, seeding.
+# =============================================================================
+
+
+def pick_device(args: Args, local_rank: int) -> torch.device:
+    has_cuda = torch.cuda.is_available()
+    if (args.require_gpu or args.device == "cuda") and not has_cuda:
+        flag = "--require-gpu" if args.require_gpu else "--device cuda"
+        raise GpuRequiredError(
+            f"{flag}: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees no CUDA GPU; "
+            "run on a GPU host (docker run --gpus all ...) or drop the flag")
+    if args.device == "cpu" or (args.device == "auto" and not has_cuda):
+        if args.cuda_graphs:
+            raise ConfigError("--cuda-graphs needs a CUDA device (this run is on the CPU)")
+        if args.amp == "fp16":
+            raise ConfigError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16")
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def init_distributed(device_kind: str) -> tuple[int, int]:
+    """(rank, world_size); sets up torch.distributed when started by torchrun."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return dist.get_rank(), world_size
+
+
+def seed_everything(seed: int, deterministic: bool, device: torch.device) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # every device's default generator
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic = deterministic
+        torch.backends.cudnn.benchmark = not deterministic
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def rng_state(device: torch.device) -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def device_facts(device: torch.device) -> dict:
+    return {
+        "device": str(device),
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
+
+
+def capture_cuda_graph(fn, warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """Warm `fn` up on a side stream, then record it into a CUDA graph (pytorch.org/docs/stable/notes/cuda.html#cuda-graphs)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+# =============================================================================
+# Training.
+# =============================================================================
+
+
+def train(args: Args) -> dict:
+    """Run PPO; returns the result dict (also written to out_dir/result.json by rank 0)."""
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    args = resolve_args(args)
+    device = pick_device(args, int(os.environ.get("LOCAL_RANK", "0")))
+    rank, world_size = init_distributed(device.type)
+    if world_size > 1:
+        import torch.distributed as dist
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out_dir = Path(args.out_dir)
+    ckpt_path = out_dir / ("checkpoint.pt" if world_size == 1 else f"checkpoint-rank{rank}.pt")
+    ckpt = None
+    if args.resume:
+        if not ckpt_path.exists():
+            raise ConfigError(f"--resume: no checkpoint at {ckpt_path}; start without --resume")
+        ckpt = outputs.load_checkpoint(ckpt_path)
+        _check_resume_args(ckpt["args"], args)
+
+    batch_size = args.num_envs * args.num_steps  # per process
+    global_batch = batch_size * world_size
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = max(1, args.total_timesteps // global_batch)
+
+    # Seeding: rank r uses seed + r; all ranks then take rank 0's initial weights.
+    seed_everything(args.seed + rank, args.torch_deterministic, device)
+
+    # Environment setup
+    envs = make_envs(args.backend, args.env_id, args.num_envs, seed=args.seed + 100_000 * rank, device=device)
+    obs_shape = envs.single_observation_shape
+
+    agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size,
+                  args.activation).to(device)
+    if world_size > 1:
+        for p in agent.parameters():
+            dist.broadcast(p.data, src=0)
+    fused = args.adam == "fused" or (args.adam == "auto" and device.type == "cuda")
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5,
+                                 **({"fused": True} if fused else {"foreach": True}))
+    amp_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=amp_dtype)
+
+    # Storage: every rollout writes into these same tensors (a CUDA graph needs fixed addresses).
+    T, N = args.num_steps, args.num_envs
+    obs_buf = torch.zeros((T, N) + obs_shape, device=device)
+    final_obs_buf = torch.zeros((T, N) + obs_shape, device=device)
+    actions_buf = (torch.zeros((T, N, envs.num_actions), device=device) if envs.continuous
+                   else torch.zeros((T, N), device=device, dtype=torch.long))
+    logprobs_buf = torch.zeros((T, N), device=device)
+    values_buf = torch.zeros((T, N), device=device)
+    rewards_buf = torch.zeros((T, N), device=device)
+    terms_buf = torch.zeros((T, N), device=device, dtype=torch.bool)
+    truncs_buf = torch.zeros((T, N), device=device, dtype=torch.bool)
+    ep_ret_buf = torch.zeros((T, N), device=device)
+    ep_len_buf = torch.zeros((T, N), device=device, dtype=torch.int32)
+    next_obs = torch.zeros((N,) + obs_shape, device=device)
+
+    # Run state that a checkpoint carries.
+    start_iteration, global_step = 1, 0
+    ep_steps: list[int] = []
+    ep_returns: list[float] = []
+    ep_lengths: list[int] = []
+    timing = {"rollout": 0.0, "update": 0.0, "wall": 0.0, "cpu": 0.0}
+    reached = {"steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None}
+    if ckpt is None:
+        next_obs.copy_(envs.reset())
+    else:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None:
+            scaler.load_state_dict(ckpt["scaler"])
+        envs.load_state_dict(ckpt["envs"])
+        next_obs.copy_(ckpt["next_obs"])
+        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
+        ep_steps, ep_returns, ep_lengths = (ckpt["episodes"][k] for k in ("steps", "returns", "lengths"))
+        timing, reached = ckpt["timing"], ckpt["reached"]
+        set_rng_state(ckpt["rng"], device)
+    recent = deque(ep_returns[-args.target_window:], maxlen=args.target_window)
+
+    def act_and_step(obs):
+        with autocast():
+            action, logprob, value = agent.act(obs)
+        return action, logprob, value, envs.step(action)
+
+    if args.compile:
+        act_and_step = torch.compile(act_and_step)
+
+    @torch.no_grad()
+    def rollout():
+        for t in range(T):
+            obs_buf[t].copy_(next_obs)
+            action, logprob, value, out = act_and_step(next_obs)
+            actions_buf[t].copy_(action)
+            logprobs_buf[t].copy_(logprob)
+            values_buf[t].copy_(value)
+            rewards_buf[t].copy_(out.reward)
+            terms_buf[t].copy_(out.terminated)
+            truncs_buf[t].copy_(out.truncated)
+            final_obs_buf[t].copy_(out.final_obs)
+            ep_ret_buf[t].copy_(out.episode_return)
+            ep_len_buf[t].copy_(out.episode_length)
+            next_obs.copy_(out.obs)
+
+    rollout_graph = None
+    if args.cuda_graphs:
+        # Warm-up runs step the environments; put them back so the graph starts where we are.
+        saved_env, saved_obs, saved_rng = envs.state_dict(), next_obs.clone(), rng_state(device)
+        rollout_graph = capture_cuda_graph(rollout)
+        envs.load_state_dict(saved_env)
+        next_obs.copy_(saved_obs)
+        set_rng_state(saved_rng, device)
+
+    def loss_fn(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values):
+        with autocast():
+            newlogprob, entropy, newvalue = agent.evaluate(mb_obs, mb_actions)
+        newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        pg_loss, approx_kl, clipfrac = clipped_policy_loss(newlogprob, mb_logprobs, mb_advantages, args.clip_coef)
+        v_loss = clipped_value_loss(newvalue, mb_values, mb_returns, args.clip_coef, args.clip_vloss)
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        return loss, torch.stack((pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)).detach()
+
+    if args.compile:
+        loss_fn = torch.compile(loss_fn)
+
+    params = list(agent.parameters())
+
+    def average_gradients():
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat)
+        flat /= world_size
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            offset += n
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    # Outputs (rank 0 only).
+    writer = None
+    if rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        writer = outputs.make_writer(out_dir, purge_step=global_step if ckpt else None)
+        if ckpt is None:
+            writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
+                f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items()))
+    progress = outputs.Progress(args.total_timesteps, global_step, enabled=args.progress and rank == 0,
+                                interval=args.progress_interval)
+
+    def save(iteration: int) -> None:
+        outputs.save_checkpoint(ckpt_path, {
+            "format": 1, "args": dataclasses.asdict(args), "iteration": iteration, "global_step": global_step,
+            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "envs": envs.state_dict(), "next_obs": next_obs.cpu(), "rng": rng_state(device),
+            "episodes": {"steps": ep_steps, "returns": ep_returns, "lengths": ep_lengths},
+            "timing": timing, "reached": reached,
+        })
+
+    wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
+    t_loop = time.perf_counter()
+    last_ckpt = time.monotonic()
+    iteration = start_iteration - 1
+    metrics = [float("nan")] * 5
+    for iteration in range(start_iteration, num_iterations + 1):
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        # --- rollout -----------------------------------------------------------------
+        sync()
+        t0 = time.perf_counter()
+        if rollout_graph is not None:
+            rollout_graph.replay()
+        else:
+            rollout()
+        sync()
+        timing["rollout"] += time.perf_counter() - t0
+        iter_start_step = global_step
+        global_step += global_batch
+
+        # Episodes that ended in this rollout: one read-back per iteration.
+        done_mask = ep_len_buf > 0
+        t_idx = done_mask.nonzero()[:, 0]
+        finished = torch.stack((t_idx.double(), ep_ret_buf[done_mask].double(),
+                                ep_len_buf[done_mask].double()), 1).cpu().tolist()
+        if world_size > 1:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, finished)
+            finished = [row for rows in gathered for row in rows]
+        for t, ret, length in finished:
+            ep_steps.append(iter_start_step + (int(t) + 1) * N * world_size)
+            ep_returns.append(ret)
+            ep_lengths.append(int(length))
+            recent.append(ret)
+
+        # --- advantages and update --------------------------------------------------------
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            rewards = rewards_buf
+            if args.bootstrap_truncation:
+                # A time-limit cut is not a failure: add gamma * V(final obs) to its reward.
+                cut = (truncs_buf & ~terms_buf).float()
+                with autocast():
+                    final_values = agent.value(final_obs_buf.reshape((-1,) + obs_shape)).float()
+                rewards = rewards_buf + args.gamma * final_values.view(T, N) * cut
+            with autocast():
+                next_value = agent.value(next_obs).float()
+            dones = (terms_buf | truncs_buf).float()
+            advantages, returns = compute_gae(rewards, values_buf, dones, next_value, args.gamma, args.gae_lambda)
+
+        b_obs = obs_buf.reshape((-1,) + obs_shape)
+        b_actions = actions_buf.reshape((batch_size,) + actions_buf.shape[2:])
+        b_logprobs, b_advantages = logprobs_buf.reshape(-1), advantages.reshape(-1)
+        b_returns, b_values = returns.reshape(-1), values_buf.reshape(-1)
+
+        stats_sum = torch.zeros(5, device=device)
+        n_minibatches = 0
+        for _epoch in range(args.update_epochs):
+            perm = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                mb = perm[start:start + minibatch_size]
+                loss, stats = loss_fn(b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
+                                      b_returns[mb], b_values[mb])
+                optimizer.zero_grad(set_to_none=False)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
+                else:
+                    loss.backward()
+                if world_size > 1:
+                    average_gradients()
+                nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                stats_sum += stats
+                n_minibatches += 1
+            if args.target_kl is not None and stats[3].item() > args.target_kl:
+                break
+        sync()
+        timing["update"] += time.perf_counter() - t0
+
+        # --- bookkeeping ---------------------------------------------------------------
+        timing["wall"] = wall0 + time.perf_counter() - t_loop
+        timing["cpu"] = cpu0 + time.process_time() - cpu_start
+        mean_recent = sum(recent) / len(recent) if recent else None
+        if (reached["steps_to_target"] is None and args.target_return is not None
+                and len(recent) == args.target_window and mean_recent >= args.target_return):
+            reached = {"steps_to_target": global_step, "seconds_to_target": timing["wall"],
+                       "cpu_seconds_to_target": timing["cpu"]}
+            if rank == 0:
+                print(f"ppo_bench: target reached: mean return {mean_recent:.1f} >= {args.target_return:g} "
+                      f"over the last {args.target_window} episodes at step {global_step:,} "
+                      f"after {timing['wall']:.2f}s", flush=True)
+        sps = (global_step - (start_iteration - 1) * global_batch) / max(time.perf_counter() - t_loop, 1e-9)
+        progress.update(global_step, mean_recent, sps, timing["wall"])
+        if writer is not None:
+            metrics = (stats_sum / max(n_minibatches, 1)).tolist()
+            y_true, y_pred = b_returns, b_values
+            var_y = y_true.var()
+            explained_var = (1 - (y_true - y_pred).var() / var_y).item() if var_y > 0 else float("nan")
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            if mean_recent is not None:
+                writer.add_scalar("charts/episodic_return", mean_recent, global_step)
+            if finished:
+                writer.add_scalar("charts/episodic_return_iteration", sum(r[1] for r in finished) / len(finished),
+                                  global_step)
+                writer.add_scalar("charts/episodic_length", sum(r[2] for r in finished) / len(finished),
+                                  global_step)
+            for name, value in zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), metrics):
+                writer.add_scalar(f"losses/{name}", value, global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+
+        stop = args.stop_at_target and reached["steps_to_target"] is not None
+        sliced = args.stop_after_iterations and iteration - start_iteration + 1 >= args.stop_after_iterations
+        if stop or sliced or iteration == num_iterations:
+            break
+        if args.checkpoint_every and time.monotonic() - last_ckpt >= args.checkpoint_every:
+            save(iteration)
+            last_ckpt = time.monotonic()
+
+    progress.close()
+    save(iteration)
+    envs.close()
+    if world_size > 1:
+        dist.barrier()
+
+    total_wall = time.perf_counter() - t_start
+    window = ep_returns[-args.target_window:]
+    steps_run = global_step  # over all invocations of this run
+    result = {
+        "solved": reached["steps_to_target"] is not None,
+        "target_return": args.target_return,
+        "target_window": args.target_window,
+        "final_mean_return": sum(window) / len(window) if window else None,
+        "episodes": len(ep_returns),
+        "steps_to_target": reached["steps_to_target"],
+        "seconds_to_target": reached["seconds_to_target"],
+        "cpu_seconds_to_target": reached["cpu_seconds_to_target"],
+        "wall_seconds": timing["wall"],
+        "process_wall_seconds": total_wall,
+        "cpu_seconds": timing["cpu"],
+        "sps_end_to_end": steps_run / max(timing["wall"], 1e-9),
+        "sps_rollout": steps_run / max(timing["rollout"], 1e-9),
+        "sps_update": steps_run / max(timing["update"], 1e-9),
+        "total_env_steps": global_step,
+        "iterations": iteration,
+        "finished": iteration >= num_iterations or reached["steps_to_target"] is not None,
+        "seed": args.seed,
+        "backend": args.backend,
+        "env_id": args.env_id,
+        "num_envs": args.num_envs,
+        "num_envs_total": args.num_envs * world_size,
+        "world_size": world_size,
+        "torch_threads": torch.get_num_threads(),
+        "resumed": ckpt is not None,
+        **device_facts(device),
+        "versions": outputs.versions(),
+        "args": dataclasses.asdict(args),
+    }
+    if rank == 0:
+        writer.close()
+        outputs.plot_learning_curve(
+            out_dir / "learning_curve.png", ep_steps, ep_returns, args.target_window, args.target_return,
+            reached["steps_to_target"],
+            title=f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})")
+        outputs.write_json(out_dir / "result.json", result)
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
+
+
+def _check_resume_args(saved: dict, args: Args) -> None:
+    current = dataclasses.asdict(args)
+    differ = [k for k in current if k not in RUNTIME_ONLY_FIELDS and saved.get(k) != current[k]]
+    if differ:
+        detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current[k]!r}" for k in differ)
+        raise ConfigError(f"--resume: arguments differ from the checkpoint's ({detail}); resume with the same ones")

@@ -1,0 +1,106 @@
+"""Lock files: split into layers, staleness against the matrix, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pipeline.lock import LAYERS, compile_lock, is_locked, lock_dir, lock_status, split_lock, write_lock
+from pipeline.render import render
+from pipeline.variants import load_matrix, resolve
+
+pytestmark = pytest.mark.unit
+
+SAMPLE = """\
+jupyterlab==4.0.0 \\
+    --hash=sha256:aaaa
+    # via -r requirements.in
+nvidia-cublas-cu12==12.8.4.1 \\
+    --hash=sha256:bbbb
+    # via
+    #   nvidia-cudnn-cu12
+    #   torch
+nvidia-cudnn-cu12==9.10.2.21 \\
+    --hash=sha256:cccc
+nvidia-nccl-cu12==2.0.0 \\
+    --hash=sha256:dddd
+torch==1.0.0 \\
+    --hash=sha256:eeee
+triton==3.0.0 \\
+    --hash=sha256:ffff
+torchvision==0.1.0 \\
+    --hash=sha256:0000
+"""
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+def _names(text):
+    return [line.split("==")[0] for line in text.splitlines() if line and not line.startswith((" ", "#"))]
+
+
+def test_split_puts_each_package_in_its_layer():
+    parts = split_lock(SAMPLE)
+    assert list(parts) == [file for file, _ in LAYERS]
+    assert _names(parts["1-cuda-libs-a.txt"]) == ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
+    assert _names(parts["2-cuda-libs-b.txt"]) == ["nvidia-nccl-cu12"]
+    assert _names(parts["3-torch.txt"]) == ["torch", "triton"]
+    assert _names(parts["4-packages.txt"]) == ["jupyterlab", "torchvision"]
+
+
+def test_split_keeps_every_hash():
+    parts = split_lock(SAMPLE)
+    assert sum(p.count("--hash=") for p in parts.values()) == SAMPLE.count("--hash=")
+
+
+def test_default_variant_is_locked_and_fresh(matrix):
+    variant = resolve(matrix, matrix.default_cuda)
+    assert is_locked(variant)
+    assert lock_status(matrix, variant).state == "fresh"
+
+
+def test_every_locked_file_pins_with_hashes(matrix):
+    variant = resolve(matrix, matrix.default_cuda)
+    for file, _ in LAYERS:
+        text = (lock_dir(variant) / file).read_text()
+        names = _names(text)
+        assert names, file
+        assert text.count("==") >= len(names) and text.count("--hash=sha256:") >= len(names)
+
+
+def test_changing_a_pin_makes_the_lock_stale(matrix):
+    variant = resolve(matrix, matrix.default_cuda)
+    bumped = dataclasses.replace(variant, packages=tuple((n, v + ".post1") for n, v in variant.packages))
+    assert lock_status(matrix, bumped).state == "stale"
+    other_time = dataclasses.replace(matrix, resolved_before="2027-01-01T00:00:00Z")
+    assert lock_status(other_time, variant).state == "stale"
+
+
+def test_locked_dockerfile_installs_with_hashes_only(matrix):
+    text = render(matrix, resolve(matrix, matrix.default_cuda))
+    installs = [line for line in text.splitlines() if line.startswith(" && pip install")]
+    assert len(installs) == len(LAYERS)
+    assert all("--require-hashes" in line and "--no-deps" in line for line in installs)
+    assert "ENV PIP_CONSTRAINT=/opt/proven-torch/constraints.txt" in text
+
+
+def test_unlocked_variant_says_so(matrix):
+    variant = resolve(matrix, "11.8")
+    if is_locked(variant):
+        pytest.skip("cu118 has a lock now")
+    assert "No lock yet for cu118" in render(matrix, variant)
+
+
+@pytest.mark.network
+def test_lock_generation_is_deterministic_and_matches_the_committed_lock(matrix, tmp_path):
+    """Same matrix, same lock: resolve twice (PyPI, frozen by resolved_before) and compare."""
+    variant = resolve(matrix, matrix.default_cuda)
+    first, second = compile_lock(matrix, variant), compile_lock(matrix, variant)
+    assert first == second
+    write_lock(matrix, variant, first, root=tmp_path)
+    for file, _ in LAYERS:
+        assert (tmp_path / variant.name / file).read_text() == (lock_dir(variant) / file).read_text(), file

@@ -1,0 +1,326 @@
+"""The smoke checks' decision rules, fed given values (no torch, no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smoke import rules
+from smoke.expect import UsageError, load_expect, validate_expect
+from smoke.facts import parse_proc_driver_version
+
+pytestmark = pytest.mark.unit
+
+PINS = {
+    "variant": "cu128",
+    "torch": "2.9.1",
+    "torchvision": "0.24.1",
+    "torchaudio": "2.9.1",
+    "cuda": "12.8",
+    "cudnn": 91002,
+    "nccl": "2.27.5",
+    "python": "3.11",
+    "min_driver": "525.60.13",
+}
+IMAGE_FACTS = {
+    "torch": "2.9.1+cu128",
+    "torchvision": "0.24.1+cu128",
+    "torchaudio": "2.9.1+cu128",
+    "cuda": "12.8",
+    "cudnn": 91002,
+    "nccl": "2.27.5",
+    "python": "3.11.2",
+}
+
+
+def failing(comparisons):
+    return {c.what for c in comparisons if not c.ok}
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def test_versions_match_with_local_suffixes():
+    assert failing(rules.compare_versions(PINS, IMAGE_FACTS)) == set()
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("torch", "2.9.0+cu128"),
+        ("torchvision", "0.24.0"),
+        ("torchaudio", "2.8.0"),
+        ("cuda", "12.6"),
+        ("cudnn", 90100),
+        ("nccl", "2.26.2"),
+        ("python", "3.12.1"),
+    ],
+)
+def test_each_mismatch_is_named(key, value):
+    comparisons = rules.compare_versions(PINS, {**IMAGE_FACTS, key: value})
+    assert failing(comparisons) == {key}
+    bad = next(c for c in comparisons if not c.ok)
+    assert "expected" in bad.describe() and str(PINS[key]) in bad.describe()
+
+
+def test_cpu_only_torch_fails_a_cuda_expectation():
+    cpu_facts = {**IMAGE_FACTS, "torch": "2.9.1+cpu", "cuda": None, "cudnn": None, "nccl": None}
+    assert failing(rules.compare_versions(PINS, cpu_facts)) == {"cuda", "cudnn", "nccl"}
+    msg = next(c for c in rules.compare_versions(PINS, cpu_facts) if c.what == "cuda").describe()
+    assert msg == "cuda: expected 12.8, found absent"
+
+
+def test_null_pin_means_absent():
+    expect = {**PINS, "cuda": None, "cudnn": None, "nccl": None, "torchvision": None}
+    facts = {**IMAGE_FACTS, "cuda": None, "cudnn": None, "nccl": None, "torchvision": None}
+    assert failing(rules.compare_versions(expect, facts)) == set()
+    # ...and a CUDA build is not what a CPU-only expectation asked for
+    assert failing(rules.compare_versions(expect, IMAGE_FACTS)) == {"cuda", "cudnn", "nccl", "torchvision"}
+
+
+def test_release_and_version_helpers():
+    assert rules.release("2.9.1+cu128") == "2.9.1"
+    assert rules.release(None) is None
+    assert rules.version_tuple("12.8.93") == (12, 8, 93)
+    assert rules.version_tuple("2.9.1rc1") == (2, 9, 1)
+    assert rules.version_cmp("525.60.13", "525.60.13") == 0
+    assert rules.version_cmp("470.82.01", "525.60.13") == -1
+    assert rules.version_cmp("12.8", "12.8.0") == 0
+    assert rules.cudnn_str(91002) == "9.10.2"
+    assert rules.cudnn_str(8902) == "8.9.2"
+    assert rules.cudnn_str(None) is None
+
+
+@pytest.mark.parametrize(
+    "runtime, compiled, ok",
+    [((9, 10, 2), (9, 10, 2), True), ((9, 11, 0), (9, 10, 2), True), ((9, 8, 0), (9, 10, 2), False), ((8, 9, 7), (9, 1, 0), False), (None, (9, 1, 0), True)],
+)
+def test_cudnn_runtime_vs_compiled(runtime, compiled, ok):
+    problem = rules.cudnn_runtime_vs_compiled(runtime, compiled)
+    assert (problem is None) is ok
+    if not ok:
+        assert "LD_LIBRARY_PATH" in problem
+
+
+# --------------------------------------------------------------------------- requirements
+
+LINUX_X86 = {**rules.default_environment(), "platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "python_version": "3.11"}
+TORCH_REQUIRES = [
+    "filelock",
+    "typing-extensions>=4.10.0",
+    'nvidia-cuda-nvrtc-cu12==12.8.93; platform_system == "Linux" and platform_machine == "x86_64"',
+    'nvidia-cudnn-cu12==9.10.2.21; platform_system == "Linux" and platform_machine == "x86_64"',
+    'nvidia-nccl-cu12==2.27.5; platform_system == "Linux" and platform_machine == "x86_64"',
+    'triton==3.5.1; platform_system == "Linux" and platform_machine == "x86_64"',
+    'nvidia-only-on-arm==1.0; platform_machine == "aarch64"',
+    'optree>=0.13.0; extra == "optree"',
+]
+INSTALLED = {"nvidia-cuda-nvrtc-cu12": "12.8.93", "nvidia-cudnn-cu12": "9.10.2.21", "nvidia-nccl-cu12": "2.27.5", "triton": "3.5.1"}
+
+
+def test_requirements_satisfied_and_foreign_platforms_ignored():
+    ok, problems = rules.check_requirements(TORCH_REQUIRES, INSTALLED, LINUX_X86)
+    assert problems == []
+    assert sorted(ok) == sorted(f"{k}=={v}" for k, v in INSTALLED.items())
+
+
+def test_requirement_wrong_version_and_missing_wheel():
+    installed = {**INSTALLED, "nvidia-cudnn-cu12": "9.1.0.70"}
+    del installed["nvidia-nccl-cu12"]
+    _, problems = rules.check_requirements(TORCH_REQUIRES, installed, LINUX_X86)
+    assert any("nvidia-cudnn-cu12 9.1.0.70 installed, torch requires ==9.10.2.21" in p for p in problems)
+    assert any(p.startswith("nvidia-nccl-cu12 is required by torch") for p in problems)
+    assert len(problems) == 2
+
+
+def test_requirements_on_another_platform_are_skipped():
+    mac = {**LINUX_X86, "platform_system": "Darwin", "platform_machine": "arm64"}
+    assert rules.check_requirements(TORCH_REQUIRES, {}, mac) == ([], [])
+
+
+def test_parse_requirement_forms():
+    req = rules.parse_requirement('Nvidia_CUDNN.cu12 >=9.1, <10 ; (platform_system == "Linux")')
+    assert req.name == "nvidia-cudnn-cu12"
+    assert req.specifiers == ((">=", "9.1"), ("<", "10"))
+    assert rules.marker_applies(req.marker, LINUX_X86)
+    assert rules.parse_requirement("torch[opt]==2.9.1").specifiers == (("==", "2.9.1"),)
+    with pytest.raises(ValueError):
+        rules.parse_requirement("nvidia-x ?? 1")
+
+
+@pytest.mark.parametrize(
+    "version, op, wanted, ok",
+    [
+        ("12.8.93", "==", "12.8.93", True),
+        ("12.8.90", "==", "12.8.93", False),
+        ("12.8.93", "==", "12.8.*", True),
+        ("12.9.0", "==", "12.8.*", False),
+        ("2.27.5", ">=", "2.27", True),
+        ("2.27.5", "<", "2.27", False),
+        ("2.2.3", "~=", "2.2.1", True),
+        ("2.3.0", "~=", "2.2.1", False),
+        ("1.0", "!=", "1.0.0", False),
+    ],
+)
+def test_specifiers(version, op, wanted, ok):
+    assert rules.specifier_ok(version, op, wanted) is ok
+
+
+@pytest.mark.parametrize(
+    "marker, ok",
+    [
+        ('platform_system == "Linux" and platform_machine == "x86_64"', True),
+        ('platform_system == "Linux" and platform_machine == "aarch64"', False),
+        ('platform_machine == "aarch64" or (sys_platform == "linux" and python_version >= "3.10")', True),
+        ('python_version < "3.10"', False),
+        ('extra == "optree"', False),
+        ('"linux" in sys_platform', True),
+        ("", True),
+    ],
+)
+def test_markers(marker, ok):
+    assert rules.marker_applies(marker, LINUX_X86) is ok
+
+
+# --------------------------------------------------------------------------- arch list
+
+ARCH_UP_TO_90 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+
+
+@pytest.mark.parametrize(
+    "capability, arch_list, ok",
+    [
+        ((9, 0), ARCH_UP_TO_90, True),
+        ((8, 9), ARCH_UP_TO_90, True),  # sm_86 cubin runs on 8.9 (same major, newer minor)
+        ((12, 0), ARCH_UP_TO_90, False),  # Blackwell on a build without sm_120
+        ((10, 0), ARCH_UP_TO_90, False),
+        ((12, 0), ARCH_UP_TO_90 + ["sm_100", "sm_120"], True),
+        ((12, 0), ARCH_UP_TO_90 + ["compute_90"], True),  # PTX JIT to any newer GPU
+        ((8, 0), ["sm_86", "compute_90"], False),  # neither cubin nor PTX is old enough
+        ((9, 0), ["sm_90a"], True),
+        ((10, 0), ["sm_90a", "sm_100a"], True),
+        ((10, 3), ["sm_100a"], False),  # arch-specific cubins run only on their exact GPU
+        ((3, 7), ARCH_UP_TO_90, False),
+        ((9, 0), [], False),
+    ],
+)
+def test_arch_supported(capability, arch_list, ok):
+    assert rules.arch_supported(capability, arch_list) is ok
+
+
+def test_arch_problem_names_the_error_and_the_remedy():
+    problems = rules.arch_problems([("NVIDIA H100", (9, 0)), ("NVIDIA RTX PRO 6000", (12, 0))], ARCH_UP_TO_90)
+    assert len(problems) == 1
+    msg = problems[0]
+    assert "GPU 1 NVIDIA RTX PRO 6000 is sm_120" in msg
+    assert "no kernel image is available for execution on the device" in msg
+    assert "newer CUDA line" in msg and "sm_90" in msg
+
+
+# --------------------------------------------------------------------------- driver
+
+LINES = {"11.8": "450.80.02", "12.1": "525.60.13", "12.8": "525.60.13", "13.0": "580.65.06"}
+
+
+def test_driver_new_enough():
+    verdict = rules.driver_status("535.104.05", "525.60.13", "12.8")
+    assert verdict.status == "pass"
+    assert "535.104.05 >= 525.60.13" in verdict.message
+
+
+def test_driver_equal_to_minimum_passes():
+    assert rules.driver_status("525.60.13", "525.60.13", "12.8").status == "pass"
+
+
+def test_driver_too_old_suggests_older_line():
+    verdict = rules.driver_status("470.82.01", "525.60.13", "12.8", LINES)
+    assert verdict.status == "fail"
+    assert "470.82.01 is older than 525.60.13" in verdict.message
+    assert "CUDA 12.8" in verdict.message
+    assert "use the CUDA 11.8 variant (needs driver >= 450.80.02)" in verdict.message
+
+
+def test_driver_too_old_for_cuda13_suggests_newest_line_that_fits():
+    verdict = rules.driver_status("550.54.15", "580.65.06", "13.0", LINES)
+    assert verdict.status == "fail"
+    assert "use the CUDA 12.8 variant" in verdict.message
+
+
+def test_driver_too_old_without_table_gives_generic_advice():
+    verdict = rules.driver_status("418.67", "450.80.02", "11.8")
+    assert verdict.status == "fail"
+    assert "update the host driver to >= 450.80.02" in verdict.message
+    assert "older CUDA line" in verdict.message
+
+
+def test_no_driver_is_missing_with_hint():
+    verdict = rules.driver_status(None, "525.60.13", "12.8")
+    assert verdict.status == "missing"
+    assert "--gpus all" in verdict.message
+
+
+def test_unreadable_driver_and_no_minimum():
+    assert rules.driver_status("garbage", "525.60.13", "12.8").status == "fail"
+    assert rules.driver_status("535.104.05", None, "12.8").status == "pass"
+
+
+def test_proc_driver_version_parsing():
+    text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\nGCC version:  gcc 12\n"
+    assert parse_proc_driver_version(text) == "535.104.05"
+    open_text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n"
+    assert parse_proc_driver_version(open_text) == "570.86.15"
+    assert parse_proc_driver_version("nothing here") is None
+
+
+# --------------------------------------------------------------------------- shm
+
+
+def test_shm_docker_default_warns_with_remedies():
+    warning = rules.shm_advice(64 * rules.MIB)
+    assert warning and "--ipc=host" in warning and "--shm-size" in warning and "64 MiB" in warning
+    assert rules.shm_advice(32 * rules.MIB)
+    assert rules.shm_advice(None)
+
+
+def test_shm_large_enough_is_quiet():
+    assert rules.shm_advice(64 * rules.MIB + 4096) is None
+    assert rules.shm_advice(8 * 1024 * rules.MIB) is None
+
+
+# --------------------------------------------------------------------------- expectations
+
+
+def test_expect_json_and_file(tmp_path):
+    assert load_expect(json.dumps(PINS))["cudnn"] == 91002
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({**PINS, "require_gpu": True}))
+    parsed = load_expect(f"@{path}")
+    assert parsed["require_gpu"] is True and parsed["variant"] == "cu128"
+    assert load_expect(json.dumps(PINS))["require_gpu"] is False
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ([1, 2], "must be a JSON object"),
+        ({**PINS, "cudaa": "12.8"}, "unknown key(s) cudaa"),
+        ({k: v for k, v in PINS.items() if k != "cuda"}, "missing cuda"),
+        ({**PINS, "cudnn": "91002"}, "cudnn must be int"),
+        ({**PINS, "cudnn": True}, "cudnn must be int"),
+        ({**PINS, "torch": None}, "torch must not be null"),
+        ({**PINS, "require_gpu": "yes"}, "require_gpu must be bool"),
+        ({**PINS, "driver_lines": {"12.8": 525}}, "driver_lines must map"),
+    ],
+)
+def test_bad_expectations_are_usage_errors(data, fragment):
+    with pytest.raises(UsageError, match=None) as info:
+        validate_expect(data)
+    assert fragment in str(info.value)
+
+
+def test_bad_json_and_missing_file(tmp_path):
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_expect("{nope")
+    with pytest.raises(UsageError, match="cannot read"):
+        load_expect(f"@{tmp_path / 'absent.json'}")
