@@ -41,11 +41,12 @@ def make_parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="build",
-        choices=["build", "list", "render", "lock"],
+        choices=["build", "list", "render", "lock", "report"],
         help="build (default): build, validate, tag and optionally push; list: show the variant matrix; "
         "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs); "
         "lock: resolve the variant's hash-locked requirements with uv into images/locks/ (with --check: "
-        "fail if a lock is stale against the matrix, offline)",
+        "fail if a lock is stale against the matrix, offline); report: rebuild the HTML pages and "
+        "reports/index.html from every report.json under --report-dir",
     )
     parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
     parser.add_argument(
@@ -168,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
             return cmd_list(matrix, args.markdown)
+        if args.command == "report":
+            from pipeline.html_report import write_index
+
+            print(f"wrote {write_index(args.report_dir)}")
+            return 0
         if args.command == "lock":
             return cmd_lock(matrix, args.cuda, args.check)
         if args.command == "render":

@@ -91,7 +91,7 @@ check_keys() {
         BAD_KEYS+=("$source holds a PRIVATE key (give the .pub file)")
         return 0
     fi
-    tmp="$(mktemp "$RUN_DIR/key.XXXXXX")"
+    tmp="$(mktemp)"
     while IFS= read -r line || [[ -n "$line" ]]; do
         n=$((n + 1))
         line="${line%$'\r'}"
@@ -359,4 +359,7 @@ main() {
     supervise
 }
 
-main "$@"
+# Sourcing the file (the unit tests do) defines the functions only.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import requests
+
 from pipeline.errors import Interrupted, PushFailed, ValidationFailed
 
 
@@ -51,3 +53,24 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
         raise PushFailed(f"push of {ref}:{tag} ended without a digest; the registry did not confirm it")
     print(f"==> pushed {ref}:{tag} ({digest}) in {time.monotonic() - start:.0f}s", flush=True)
     return digest
+
+
+def compressed_bytes(ref: str, tag: str) -> int | None:
+    """Sum of the pushed layers' compressed sizes, read from the registry's manifest.
+
+    Best effort: registries that need a login answer 401 here and give None.
+    """
+    registry, _, repo = ref.partition("/")
+    if not repo or "." not in registry and ":" not in registry and registry != "localhost":
+        return None
+    scheme = "http" if registry.startswith(("localhost", "127.")) else "https"
+    try:
+        resp = requests.get(
+            f"{scheme}://{registry}/v2/{repo}/manifests/{tag}",
+            headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"},
+            timeout=30,
+        )
+        resp.raise_for_status()
+        return sum(int(layer["size"]) for layer in resp.json()["layers"])
+    except (requests.RequestException, KeyError, ValueError):
+        return None

@@ -90,6 +90,7 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
         "PYTHON": variant.python,
         "CUDA": variant.cuda,
         "CUDA_MAJOR": variant.cuda.split(".")[0],
+        "MIN_DRIVER": variant.min_driver,
         "CUDNN": str(variant.cudnn),
         "TORCH": variant.torch,
         "TORCHVISION": variant.torchvision,

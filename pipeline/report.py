@@ -7,6 +7,7 @@ import platform
 from dataclasses import asdict
 from pathlib import Path
 
+from pipeline.html_report import write_page
 from pipeline.validate import Validation
 from pipeline.variants import Variant
 
@@ -24,6 +25,8 @@ def write_report(
     tags: list[str] | None = None,
     pushed: dict[str, str] | None = None,
     error: str | None = None,
+    final_image_id: str | None = None,
+    extra: dict | None = None,
 ) -> Path:
     """Write (or rewrite) the report; return its path."""
     report = {
@@ -31,9 +34,10 @@ def write_report(
         "status": status,  # "validated", "failed", "pushed"
         "error": error,
         "variant": variant.name,
-        "pins": {k: v for k, v in asdict(variant).items() if k not in ("ppo_gate", "packages")},
+        "pins": {k: v for k, v in asdict(variant).items() if k != "packages"},
         "packages": dict(variant.packages),
-        "image_id": image_id,
+        "validated_image_id": image_id,
+        "image_id": final_image_id,  # the validated layers with the validation labels stamped on
         "created": created,
         "revision": revision,
         "build_seconds": round(build_seconds, 1),
@@ -48,13 +52,17 @@ def write_report(
             "ppo": validation.ppo,
             "ppo_cpu": validation.ppo_cpu,
             "gpu_cpu_sps_ratio": _ratio(validation),
+            "hygiene": list(validation.hygiene),
+            "size": validation.size,
         },
         "tags": tags or [],
         "pushed": pushed or {},
         "host": {"machine": platform.machine(), "system": platform.platform()},
+        **(extra or {}),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    write_page(path)
     return path
 
 

@@ -1,13 +1,15 @@
-"""The stages in order: resolve → build → validate → report → tag → push."""
+"""The stages in order: resolve → build → validate → report → stamp + tag → push."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import build_image, docker_env, push, tags, validate
+from pipeline import build_image, docker_env, labels, push, tags, validate
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
@@ -30,7 +32,34 @@ class BuildConfig:
 
 
 @dataclass(frozen=True)
+class Target:
+    """Where one validated image goes: its report folder, its name, its build identity."""
+
+    variant: Variant
+    run_dir: Path
+    ref: str  # repository reference the tags go on, e.g. localhost:5000/proven-torch
+    date: str  # YYYYMMDD
+    created: str  # RFC 3339
+    revision: str
+    build_seconds: float = 0.0
+    ca_cert: Path | None = None
+
+    @property
+    def report_path(self) -> Path:
+        return self.run_dir / "report.json"
+
+
+@dataclass(frozen=True)
+class Tagged:
+    validated_id: str  # the image the checks ran in
+    image_id: str  # the same layers with the validation labels stamped on: what is tagged and pushed
+    tags: list[str]
+    validation: Validation
+
+
+@dataclass(frozen=True)
 class RunResult:
+    validated_id: str
     image_id: str
     tags: list[str]
     pushed: dict[str, str]
@@ -63,21 +92,67 @@ def check_push_allowed(config: BuildConfig, gpus: int) -> None:
         raise UsageError("--registry is only used with --push; add --push or drop --registry")
 
 
-def validate_and_tag(client, image_id, variant, gpus, run_dir, ref, date, revision, common) -> tuple[Validation, list[str]]:
-    """Validate the untagged image; tag it only when every check passed and the facts match the pins."""
-    report_path = run_dir / "report.json"
-    validation = validate.validate_image(client, image_id, variant, gpus, run_dir)
+def _validation_record(validation: Validation) -> bytes:
+    record = {
+        "ok": validation.ok,
+        "gpu": validation.gpu,
+        "failures": list(validation.failures),
+        "smoke": validation.smoke,
+        "ppo": validation.ppo,
+        "ppo_cpu": validation.ppo_cpu,
+        "hygiene": list(validation.hygiene),
+        "size": validation.size,
+    }
+    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+
+
+def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
+    """Validate the untagged image; stamp and tag it only when every check passed."""
+    variant = target.variant
+    common = dict(variant=variant, image_id=image_id, build_seconds=target.build_seconds, created=target.created, revision=target.revision)
+    validation = validate.validate_image(client, image_id, variant, gpus, target.run_dir, target.ca_cert)
     try:
-        validate.require_valid(validation, report_path)
-        immutable, moving = tags.compute_tags(variant, validation.smoke, date, revision)
+        validate.require_valid(validation, target.report_path)
+        immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
     except ValidationFailed as err:
-        write_report(report_path, validation=validation, status="failed", error=str(err), **common)
+        write_report(target.report_path, validation=validation, status="failed", error=str(err), **common)
         raise
+    record = _validation_record(validation)
+    (target.run_dir / "validation.json").write_bytes(record)
     all_tags = [immutable, *moving]
-    write_report(report_path, validation=validation, status="validated", tags=all_tags, **common)
-    refs = push.tag_image(client, image_id, ref, all_tags)
+    final_id = labels.stamp(
+        client,
+        image_id,
+        {
+            "org.opencontainers.image.version": immutable,
+            f"{labels.PREFIX}validation": "passed",
+            f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
+        },
+    )
+    write_report(target.report_path, validation=validation, status="validated", tags=all_tags, final_image_id=final_id, **common)
+    refs = push.tag_image(client, final_id, target.ref, all_tags)
     print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
-    return validation, all_tags
+    return Tagged(validated_id=image_id, image_id=final_id, tags=all_tags, validation=validation)
+
+
+def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
+    common = dict(
+        variant=target.variant, image_id=tagged.validated_id, build_seconds=target.build_seconds,
+        created=target.created, revision=target.revision, final_image_id=tagged.image_id,
+    )  # fmt: skip
+    pushed: dict[str, str] = {}
+    try:
+        for tag in tagged.tags:
+            pushed[f"{target.ref}:{tag}"] = push.push_tag(client, tagged.image_id, target.ref, tag)
+    except PipelineError as err:
+        write_report(target.report_path, validation=tagged.validation, status="validated", tags=tagged.tags, pushed=pushed, error=str(err), **common)
+        raise
+    compressed = push.compressed_bytes(target.ref, tagged.tags[0])
+    if compressed is not None:
+        tagged.validation.size["compressed_bytes"] = compressed
+        print(f"==> compressed size in the registry: {compressed / 1e9:.2f} GB", flush=True)
+    write_report(target.report_path, validation=tagged.validation, status="pushed", tags=tagged.tags, pushed=pushed, **common)
+    return pushed
 
 
 def run(config: BuildConfig) -> RunResult:
@@ -98,24 +173,27 @@ def run(config: BuildConfig) -> RunResult:
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
-    report_path = run_dir / "report.json"
-    ref = tags.image_ref(config.repo, config.registry if config.push else None)
-
     args = build_image.build_args(revision, created, gpus > 0)
     built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose)
 
-    common = dict(variant=variant, image_id=built.image_id, build_seconds=built.seconds, created=created, revision=revision)
-    validation, all_tags = validate_and_tag(client, built.image_id, variant, gpus, run_dir, ref, f"{now:%Y%m%d}", revision, common)
-    refs = [f"{ref}:{tag}" for tag in all_tags]
-
-    pushed: dict[str, str] = {}
-    if config.push:
-        try:
-            for tag in all_tags:
-                pushed[f"{ref}:{tag}"] = push.push_tag(client, built.image_id, ref, tag)
-        except PipelineError as err:
-            write_report(report_path, validation=validation, status="validated", tags=all_tags, pushed=pushed, error=str(err), **common)
-            raise
-        write_report(report_path, validation=validation, status="pushed", tags=all_tags, pushed=pushed, **common)
-    print(f"==> report: {report_path}", flush=True)
-    return RunResult(image_id=built.image_id, tags=refs, pushed=pushed, report_path=report_path, gpu=validation.gpu)
+    target = Target(
+        variant=variant,
+        run_dir=run_dir,
+        ref=tags.image_ref(config.repo, config.registry if config.push else None),
+        date=f"{now:%Y%m%d}",
+        created=created,
+        revision=revision,
+        build_seconds=built.seconds,
+        ca_cert=config.ca_cert,
+    )
+    tagged = validate_and_tag(client, built.image_id, gpus, target)
+    pushed = push_all(client, tagged, target) if config.push else {}
+    print(f"==> report: {target.report_path}", flush=True)
+    return RunResult(
+        validated_id=tagged.validated_id,
+        image_id=tagged.image_id,
+        tags=[f"{target.ref}:{tag}" for tag in tagged.tags],
+        pushed=pushed,
+        report_path=target.report_path,
+        gpu=tagged.validation.gpu,
+    )

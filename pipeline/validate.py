@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline import hygiene, labels, size
 from pipeline.errors import Interrupted, ValidationFailed
 from pipeline.variants import Variant
 
@@ -38,6 +39,8 @@ class Validation:
     smoke: dict
     ppo: dict
     ppo_cpu: dict | None
+    hygiene: tuple[str, ...]
+    size: dict
     seconds: float
     failures: tuple[str, ...]
 
@@ -149,22 +152,54 @@ def _load_json(files: dict[str, bytes], name: str) -> dict:
         return {}
 
 
-def validate_image(client, image_id: str, variant: Variant, gpus: int, out_dir: Path) -> Validation:
-    """Run the smoke suite, then the PPO gate; return everything they reported."""
+def static_checks(client, image_id: str, variant: Variant) -> tuple[dict, list[str]]:
+    """Labels against the pins, size against the budget: instant, so they run first."""
+    failures = []
+    try:
+        labels.check_labels(client.images.get(image_id).labels or {}, variant)
+    except ValidationFailed as err:
+        failures.append(str(err).removesuffix("; it will not be tagged"))
+    summary = size.size_summary(client, image_id)
+    print(f"==> size: {summary['uncompressed_bytes'] / size.GB:.2f} GB uncompressed, budget {variant.size_budget_gb} GB", flush=True)
+    try:
+        size.check_budget(summary, variant)
+    except ValidationFailed as err:
+        failures.append(str(err))
+    return summary, failures
+
+
+def hygiene_checks(client, image_id: str, ca_cert: Path | None) -> tuple[tuple[str, ...], list[str]]:
+    print("==> hygiene scan: private keys, tokens, the build CA, .git, pip caches, nvcc", flush=True)
+    start = time.monotonic()
+    findings = tuple(hygiene.scan_image(client, image_id, ca_cert))
+    for finding in findings:
+        print(f"  │ found {finding}", flush=True)
+    print(f"==> hygiene scan: {len(findings)} finding(s) in {time.monotonic() - start:.1f}s", flush=True)
+    return findings, [f"hygiene scan found {len(findings)} problem(s), first: {findings[0]}"] if findings else []
+
+
+def validate_image(
+    client, image_id: str, variant: Variant, gpus: int, out_dir: Path, ca_cert: Path | None = None
+) -> Validation:
+    """Check the image, cheapest first, stopping at the first stage that fails:
+    labels and size, the hygiene scan, the smoke suite, the PPO gate."""
     start = time.monotonic()
     gpu = gpus > 0
-    failures = []
-
-    smoke = run_step(client, image_id, "smoke checks", smoke_command(variant, gpu), gpus, SMOKE_TIMEOUT_S)
-    _write_files(smoke.files, out_dir)
-    smoke_report = _load_json(smoke.files, "smoke.json")
-    if smoke.exit_code != 0 or not smoke_report.get("ok"):
-        bad = [c["name"] for c in smoke_report.get("checks", []) if c.get("status") == "fail"]
-        failures.append(f"smoke checks failed ({', '.join(bad) or f'exit {smoke.exit_code}, no report'})")
-
+    summary, failures = static_checks(client, image_id, variant)
+    findings: tuple[str, ...] = ()
+    smoke_report: dict = {}
     ppo_report: dict = {}
     ppo_cpu: dict | None = None
-    if not failures:  # no point training on an image whose torch is broken
+    if not failures:
+        findings, failures = hygiene_checks(client, image_id, ca_cert)
+    if not failures:
+        smoke = run_step(client, image_id, "smoke checks", smoke_command(variant, gpu), gpus, SMOKE_TIMEOUT_S)
+        _write_files(smoke.files, out_dir)
+        smoke_report = _load_json(smoke.files, "smoke.json")
+        if smoke.exit_code != 0 or not smoke_report.get("ok"):
+            bad = [c["name"] for c in smoke_report.get("checks", []) if c.get("status") == "fail"]
+            failures.append(f"smoke checks failed ({', '.join(bad) or f'exit {smoke.exit_code}, no report'})")
+    if not failures:
         device = "cuda" if gpu else "cpu"
         ppo = run_step(client, image_id, f"PPO gate ({device})", ppo_command(variant, device, gpu), gpus, PPO_TIMEOUT_S)
         _write_files(ppo.files, out_dir)
@@ -178,14 +213,15 @@ def validate_image(client, image_id: str, variant: Variant, gpus: int, out_dir: 
             )
         if gpu and not failures:  # the same benchmark on the CPU, for the GPU/CPU ratio
             cpu = run_step(client, image_id, "PPO on the CPU (for the ratio)", ppo_command(variant, "cpu", False), 0, PPO_TIMEOUT_S)
-            ppo_cpu = _load_json({k.replace("ppo/", "ppo-cpu/"): v for k, v in cpu.files.items()}, "ppo-cpu/result.json")
-
+            ppo_cpu = _load_json(cpu.files, "ppo/result.json")
     return Validation(
         ok=not failures,
         gpu=gpu,
         smoke=smoke_report,
         ppo=ppo_report,
         ppo_cpu=ppo_cpu,
+        hygiene=findings,
+        size=summary,
         seconds=time.monotonic() - start,
         failures=tuple(failures),
     )

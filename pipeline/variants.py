@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ _VARIANT_KEYS = {
     "cudnn": int,
     "nccl": str,
     "min_driver": str,
+    "size_budget_gb": float,
 }
 _PROJECT_KEYS = {
     "name": str,
@@ -64,6 +66,7 @@ class Variant:
     cudnn: int
     nccl: str
     min_driver: str
+    size_budget_gb: float
     note: str
     # copied from [project] / [packages] so a Variant is self-contained
     python: str
@@ -71,6 +74,7 @@ class Variant:
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
     is_default: bool
+    driver_lines: tuple[tuple[str, str], ...] = ()  # (CUDA line, min driver) of every variant
 
     @property
     def torch_minor(self) -> str:
@@ -92,6 +96,7 @@ class Variant:
             "nccl": self.nccl,
             "python": self.python,
             "min_driver": self.min_driver,
+            "driver_lines": dict(self.driver_lines),
             "require_gpu": require_gpu,
         }
 
@@ -179,6 +184,8 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 **fields,
             )
         )
+    lines = tuple((v.cuda, v.min_driver) for v in variants)
+    variants = [dataclasses.replace(v, driver_lines=lines) for v in variants]
     if not any(v.is_default for v in variants):
         raise MatrixError(f"{path}: default_cuda {project['default_cuda']!r} matches no variant")
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), **project)

@@ -101,19 +101,21 @@ def plot_learning_curve(path: Path, steps: list[int], returns: list[float], wind
 
 
 class Progress:
-    """A tqdm bar on a terminal; otherwise one compact line every `interval` seconds
-    (docker logs, CI), flushed at once."""
+    """A tqdm bar when stdout is a terminal and `bar` is allowed; otherwise one compact
+    line every `interval` seconds (streamed through docker logs, CI), flushed at once.
+    `quiet` prints nothing (the other ranks of a torchrun job)."""
 
-    def __init__(self, total: int, initial: int, enabled: bool, interval: float, prefix: str = "ppo_bench"):
+    def __init__(self, total: int, initial: int, bar: bool, interval: float, quiet: bool = False,
+                 prefix: str = "ppo_bench"):
         self.total, self.prefix, self.interval = total, prefix, interval
         self.bar = None
         self.next_print = time.monotonic() + interval
         self.last_step = initial
-        if enabled and sys.stdout.isatty():
+        if bar and not quiet and sys.stdout.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True)
-        self.lines = enabled and self.bar is None
+        self.lines = not quiet and self.bar is None
 
     def update(self, step: int, mean_return: float | None, sps: float, elapsed: float) -> None:
         ret = "n/a" if mean_return is None else f"{mean_return:.1f}"

@@ -125,7 +125,7 @@ class Args:
     out_dir: str = "runs/ppo_bench"
     """where result.json, learning_curve.png, TensorBoard events and checkpoints go"""
     progress: bool = True
-    """progress bar on a terminal; otherwise (or with --no-progress) a progress line every progress_interval seconds"""
+    """tqdm progress bar when stdout is a terminal; without it (--no-progress, or not a terminal) a compact progress line every progress_interval seconds"""
     progress_interval: float = 5.0
     """seconds between progress lines when there is no progress bar"""
     checkpoint_every: float = 60.0
@@ -553,8 +553,8 @@ def train(args: Args) -> dict:
         if ckpt is None:
             writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
                 f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items()))
-    progress = outputs.Progress(args.total_timesteps, global_step, enabled=args.progress and rank == 0,
-                                interval=args.progress_interval)
+    progress = outputs.Progress(args.total_timesteps, global_step, bar=args.progress,
+                                interval=args.progress_interval, quiet=rank != 0)
 
     def save(iteration: int) -> None:
         outputs.save_checkpoint(ckpt_path, {

@@ -7,6 +7,7 @@ run, a wheel set it did not install).
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import sys
@@ -20,14 +21,14 @@ DOCKER_DEFAULT_SHM = 64 * MIB
 
 
 def release(version: str | None) -> str | None:
-    """'2.9.1+cu128' -> '2.9.1'; None stays None."""
+    """'1.2.3+cu999' -> '1.2.3'; None stays None."""
     if version is None:
         return None
     return str(version).split("+", 1)[0]
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
-    """Leading numeric release of a version string: '12.8.93' -> (12, 8, 93), '2.9.1rc1' -> (2, 9, 1)."""
+    """Leading numeric release of a version string: '12.8.93' -> (12, 8, 93), '1.2.3rc1' -> (1, 2, 3)."""
     parts = []
     for piece in str(text).strip().split("."):
         match = re.match(r"\d+", piece)
@@ -51,7 +52,7 @@ def version_cmp(a: str, b: str) -> int:
 
 
 def cudnn_str(value: int | None) -> str | None:
-    """91002 -> '9.10.2' (cuDNN >= 9 encodes major*10000 + minor*100 + patch)."""
+    """90807 -> '9.8.7' (cuDNN >= 9 encodes major*10000 + minor*100 + patch)."""
     if value is None:
         return None
     value = int(value)
@@ -80,7 +81,7 @@ class Comparison:
 def compare_versions(expect: dict, facts: dict) -> list[Comparison]:
     """Compare the pins in `expect` with `facts`; a null pin means "must be absent".
 
-    Releases are compared without local suffixes ('2.9.1+cu128' matches '2.9.1');
+    Releases are compared without local suffixes ('1.2.3+cu999' matches '1.2.3');
     Python is compared on major.minor; cuDNN as the integer torch reports.
     """
     out = []
@@ -135,7 +136,7 @@ _SPEC_RE = re.compile(r"^\s*(===|~=|==|!=|<=|>=|<|>)\s*([^\s,]+)\s*$")
 
 
 def parse_requirement(text: str) -> Requirement:
-    """Parse one Requires-Dist line ('nvidia-nccl-cu12==2.27.5; platform_system == "Linux"').
+    """Parse one Requires-Dist line ('nvidia-nccl-cu12==1.2.3; platform_system == "Linux"').
 
     Only what torch's metadata uses: name, optional extras, comma-separated
     specifiers, an optional marker. Raises ValueError on anything else.
@@ -174,7 +175,7 @@ def default_environment() -> dict[str, str]:
         "platform_system": platform.system(),
         "platform_machine": platform.machine(),
         "sys_platform": sys.platform,
-        "os_name": __import__("os").name,
+        "os_name": os.name,
         "python_version": ".".join(platform.python_version_tuple()[:2]),
         "python_full_version": platform.python_version(),
         "implementation_name": sys.implementation.name,

@@ -23,7 +23,7 @@ import requests
 from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
-from pipeline.run import validate_and_tag
+from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, resolve
 from tests.image.conftest import REGISTRY, ca_cert
 
@@ -47,8 +47,14 @@ def report(run_result):
 def test_report_says_pushed_and_cpu_only(report, run_result):
     assert report["status"] == "pushed"
     assert report["gpu"] is False
+    assert report["validated_image_id"] == run_result.validated_id
     assert report["image_id"] == run_result.image_id
     assert report["validation"]["ok"] is True
+
+
+def test_pushed_image_has_exactly_the_validated_layers(docker, run_result):
+    validated = docker.images.get(run_result.validated_id).attrs["RootFS"]["Layers"]
+    assert docker.images.get(run_result.image_id).attrs["RootFS"]["Layers"] == validated
 
 
 def test_report_holds_smoke_checks_and_ppo_result(report):
@@ -70,13 +76,42 @@ def test_every_tag_names_the_validated_image(docker, run_result):
 
 
 def test_label_says_gpu_validation_false(docker, run_result):
+    assert docker.images.get(run_result.image_id).labels["io.proven-torch.gpu-validated"] == "false"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "org.opencontainers.image.source", "org.opencontainers.image.revision", "org.opencontainers.image.version",
+        "org.opencontainers.image.created", "org.opencontainers.image.title", "org.opencontainers.image.description",
+        "org.opencontainers.image.licenses",
+    ],
+)  # fmt: skip
+def test_oci_label_present(docker, run_result, key):
+    value = docker.images.get(run_result.image_id).labels.get(key)
+    assert value and value != "unknown"
+
+
+def test_version_labels_match_the_image(docker, run_result, report):
     labels = docker.images.get(run_result.image_id).labels
-    assert labels["io.proven-torch.gpu-validated"] == "false"
-    assert labels["io.proven-torch.cuda"] == "12.8"
+    facts = report["validation"]["smoke"]["facts"]
+    assert labels["io.proven-torch.torch"] == facts["torch_release"]
+    assert labels["io.proven-torch.cuda"] == facts["cuda"]
+    assert labels["io.proven-torch.cudnn"] == str(facts["cudnn"])
+    assert labels["org.opencontainers.image.version"] == run_result.tags[0].rsplit(":", 1)[1]
+
+
+def test_validation_label_carries_the_report_digest(docker, run_result):
+    import hashlib
+
+    labels = docker.images.get(run_result.image_id).labels
+    record = (run_result.report_path.parent / "validation.json").read_bytes()
+    assert labels["io.proven-torch.validation"] == "passed"
+    assert labels["io.proven-torch.validation-sha256"] == hashlib.sha256(record).hexdigest()
 
 
 def test_registry_holds_exactly_the_tested_image(run_result):
-    """The manifest in the registry points at the validated image's config (= its ID)."""
+    """The manifest in the registry points at the tagged image's config (= its ID)."""
     for ref, digest in run_result.pushed.items():
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
         resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
@@ -94,27 +129,61 @@ def _derive(docker, base: str, run: str) -> str:
     return image.id
 
 
-def _common(variant, image_id):
-    return dict(variant=variant, image_id=image_id, build_seconds=0.0, created="test", revision="test")
+def _target(variant, tmp_path, ref="proven-torch-test-bad"):
+    return Target(variant=variant, run_dir=tmp_path, ref=ref, date="20000101", created="test", revision="test", ca_cert=ca_cert())
+
+
+def _assert_refused(docker, image_id, variant, tmp_path, match):
+    before = set(docker.images.get(image_id).tags)
+    with pytest.raises(ValidationFailed, match=match):
+        validate_and_tag(docker, image_id, 0, _target(variant, tmp_path))
+    assert set(docker.images.get(image_id).tags) == before
+    assert json.loads((tmp_path / "report.json").read_text())["status"] == "failed"
 
 
 def test_image_without_torch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
     broken = _derive(docker, image, "rm -rf /opt/venv/lib/python*/site-packages/torch")
     try:
-        with pytest.raises(ValidationFailed, match="smoke checks failed"):
-            validate_and_tag(docker, broken, variant, 0, tmp_path, "proven-torch-test-broken", "20000101", "test", _common(variant, broken))
+        _assert_refused(docker, broken, variant, tmp_path, "smoke checks failed")
         assert docker.images.get(broken).tags == []
-        assert json.loads((tmp_path / "report.json").read_text())["status"] == "failed"
     finally:
         docker.images.remove(broken, force=True)
 
 
 def test_pin_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
-    wrong = dataclasses.replace(variant, cudnn=variant.cudnn + 1)
-    before = set(docker.images.get(image).tags)
-    with pytest.raises(ValidationFailed):
-        validate_and_tag(docker, image, wrong, 0, tmp_path, "proven-torch-test-mismatch", "20000101", "test", _common(wrong, image))
-    assert set(docker.images.get(image).tags) == before
+    _assert_refused(docker, image, dataclasses.replace(variant, nccl="0.0.1"), tmp_path, "smoke checks failed")
+
+
+def test_label_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
+    relabelled, _ = docker.images.build(
+        fileobj=io.BytesIO(f'FROM {image}\nLABEL io.proven-torch.torch="0.0.1"\n'.encode()), rm=True, labels={"io.proven-torch.role": "test"}
+    )
+    try:
+        _assert_refused(docker, relabelled.id, variant, tmp_path, "labels do not match.*io.proven-torch.torch")
+    finally:
+        docker.images.remove(relabelled.id, force=True)
+
+
+def test_over_budget_image_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
+    _assert_refused(docker, image, dataclasses.replace(variant, size_budget_gb=1.0), tmp_path, "over the cu128 budget of 1.0 GB")
+
+
+@pytest.mark.parametrize(
+    ("plant", "what"),
+    [
+        ("mkdir -p /home/user/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\n%s\\n' $(head -c 120 /dev/urandom | base64 -w0) > /home/user/.ssh/id_ed25519", "SSH private key"),
+        ("mkdir -p /opt/app/.git && touch /opt/app/.git/config", ".git folder"),
+        ("echo 'token ghp_0123456789abcdefghijABCDEFGHIJ012345' > /opt/notes.txt", "access token"),
+    ],
+)
+def test_planted_secret_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path, plant, what):
+    planted = _derive(docker, image, plant)
+    try:
+        _assert_refused(docker, planted, variant, tmp_path, "hygiene scan found")
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert any(what in finding for finding in report["validation"]["hygiene"])
+    finally:
+        docker.images.remove(planted, force=True)
 
 
 # --- registries that cannot take the push ------------------------------------------

@@ -105,6 +105,12 @@ def test_new_enough_driver_passes(host_facts):
     assert outcome.status == "pass" and "550.54.15 >= 525.60.13" in outcome.detail
 
 
+def test_unreadable_driver_with_working_cuda_passes(host_facts):
+    ctx = image_ctx(host_facts, require_gpu=True, cuda_available=True, gpu_count=1, gpus=[{"name": "G", "capability": "9.0", "memory_gb": 80.0}])
+    outcome = checks.check_driver(ctx)
+    assert outcome.status == "pass" and "not readable" in outcome.detail
+
+
 def test_gpu_check_rejects_a_gpu_the_build_has_no_kernels_for(host_facts):
     ctx = image_ctx(
         host_facts,

@@ -1,0 +1,140 @@
+"""The human report: a static HTML page per build, and an index of all of them.
+
+Each page sits next to its report.json and shows versions, image IDs and
+digests, tags, sizes, every smoke check, the PPO numbers with the learning
+curve, the hygiene scan and the SBOM/audit summaries. No JavaScript, no network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+GB = 1000**3
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
+.pass{color:#137333;font-weight:600}.fail{color:#c5221f;font-weight:600}.skip{color:#b06000;font-weight:600}
+code{font-size:.9em}img{max-width:100%;border:1px solid #ddd}
+"""
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _rows(pairs) -> str:
+    return "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+
+
+def _status(status: str) -> str:
+    css = {"pass": "pass", "passed": "pass", "pushed": "pass", "validated": "pass", "fail": "fail", "failed": "fail"}.get(status, "skip")
+    return f'<span class="{css}">{_e(status)}</span>'
+
+
+def render_page(report: dict, run_dir: Path) -> str:
+    validation = report.get("validation") or {}
+    smoke = validation.get("smoke") or {}
+    ppo = validation.get("ppo") or {}
+    size = validation.get("size") or {}
+    facts = smoke.get("facts") or {}
+    pins = report.get("pins") or {}
+    title = f"{report.get('variant')} · torch {pins.get('torch')} · CUDA {pins.get('cuda')}"
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1 id='title'>{_e(title)}: {_status(report.get('status', '?'))}</h1>",
+    ]
+    if report.get("error"):
+        parts.append(f"<p class='fail' id='error'>{_e(report['error'])}</p>")
+    parts.append("<h2>Image</h2><table>" + _rows([
+        ("tags", "<br>".join(f"<code>{_e(t)}</code>" for t in report.get("tags", [])) or "none (not validated)"),
+        ("image ID (tagged, pushed)", f"<code>{_e(report.get('image_id'))}</code>"),
+        ("validated image ID", f"<code>{_e(report.get('validated_image_id'))}</code>"),
+        ("pushed", "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed"),
+        ("validated on", "GPU" if report.get("gpu") else "CPU only (no GPU on the build host)"),
+        ("created / revision", f"{_e(report.get('created'))} / <code>{_e(report.get('revision'))}</code>"),
+        ("build time", f"{_e(report.get('build_seconds'))} s"),
+    ]) + "</table>")  # fmt: skip
+    parts.append("<h2>Versions</h2><table><tr><th></th><th>pinned</th><th>in the image</th></tr>")
+    for key, fact in (("torch", "torch"), ("torchvision", "torchvision"), ("torchaudio", "torchaudio"), ("cuda", "cuda"), ("cudnn", "cudnn"), ("nccl", "nccl"), ("python", "python")):
+        parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(fact))}</td></tr>")
+    parts.append("</table>")
+    if size:
+        parts.append(
+            "<h2>Size</h2><table>"
+            + _rows([
+                ("uncompressed", f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)"),
+                ("compressed (registry)", f"{size['compressed_bytes'] / GB:.2f} GB" if size.get("compressed_bytes") else "not pushed"),
+                ("layers", _e(size.get("layers"))),
+            ])  # fmt: skip
+            + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"
+            + "".join(f"<tr><td><code>{_e(l['created_by'][:110])}</code></td><td>{l['bytes'] / GB:.2f} GB</td></tr>" for l in size.get("largest_layers", []))
+            + "</table>"
+        )
+    parts.append("<h2>Smoke checks</h2>")
+    if smoke.get("checks"):
+        parts.append("<table id='smoke'><tr><th>check</th><th>status</th><th>detail</th><th>s</th></tr>")
+        for check in smoke["checks"]:
+            parts.append(
+                f"<tr><td>{_e(check.get('name'))}</td><td>{_status(check.get('status', '?'))}</td>"
+                f"<td>{_e(check.get('detail'))}</td><td>{_e(check.get('seconds'))}</td></tr>"
+            )
+        parts.append("</table>")
+    else:
+        parts.append("<p>not run</p>")
+    parts.append("<h2>PPO benchmark</h2>")
+    if ppo:
+        parts.append("<table id='ppo'>" + _rows([
+            ("solved", _status("pass" if ppo.get("solved") else "fail")),
+            ("env / backend / device", _e(f"{ppo.get('env_id')} / {ppo.get('backend')} / {ppo.get('device')} {ppo.get('gpu_name') or ''}")),
+            ("final mean return (target)", _e(f"{ppo.get('final_mean_return')} ({ppo.get('target_return')})")),
+            ("env steps / seconds to target", _e(f"{ppo.get('steps_to_target')} / {ppo.get('seconds_to_target')}")),
+            ("SPS end to end / rollout / update", _e(f"{ppo.get('sps_end_to_end')} / {ppo.get('sps_rollout')} / {ppo.get('sps_update')}")),
+            ("GPU/CPU ratio (end-to-end SPS)", _e(validation.get("gpu_cpu_sps_ratio") or "n/a (no GPU)")),
+        ]) + "</table>")  # fmt: skip
+        if (run_dir / "ppo" / "learning_curve.png").exists():
+            parts.append("<p><img id='curve' src='ppo/learning_curve.png' alt='learning curve'></p>")
+    else:
+        parts.append("<p>not run</p>")
+    hygiene = validation.get("hygiene")
+    parts.append("<h2>Hygiene scan</h2>")
+    parts.append("<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>" if hygiene == [] else
+                 "<ul>" + "".join(f"<li class='fail'>{_e(f)}</li>" for f in hygiene or []) + "</ul>" if hygiene else "<p>not run</p>")  # fmt: skip
+    for section, key in (("SBOM", "sbom"), ("Vulnerability audit", "audit")):
+        summary = report.get(key)
+        parts.append(f"<h2>{section}</h2>" + (f"<pre>{_e(json.dumps(summary, indent=1))}</pre>" if summary else "<p>not produced</p>"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_page(report_path: Path) -> Path:
+    report = json.loads(report_path.read_text())
+    page = report_path.with_name("report.html")
+    page.write_text(render_page(report, report_path.parent))
+    return page
+
+
+def write_index(report_dir: Path) -> Path:
+    """reports/index.html: every report under report_dir, newest first."""
+    rows = []
+    for path in sorted(report_dir.glob("*/*/report.json"), reverse=True):
+        try:
+            report = json.loads(path.read_text())
+        except ValueError:
+            continue
+        page = write_page(path)
+        rows.append(
+            f"<tr><td><a href='{_e(page.relative_to(report_dir))}'>{_e(path.parent.name)}</a></td><td>{_e(report.get('variant'))}</td>"
+            f"<td>{_status(report.get('status', '?'))}</td><td>{'GPU' if report.get('gpu') else 'CPU'}</td>"
+            f"<td>{'<br>'.join(_e(t) for t in report.get('tags', []))}</td></tr>"
+        )
+    index = report_dir / "index.html"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    index.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>proven-torch reports</title><style>{_STYLE}</style></head><body>"
+        "<h1>Validation reports</h1><table id='reports'><tr><th>build</th><th>variant</th><th>status</th><th>validated on</th><th>tags</th></tr>"
+        + "".join(rows) + "</table></body></html>"
+    )
+    return index

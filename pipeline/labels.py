@@ -1,0 +1,54 @@
+"""Image labels: checked against the pins and the image's own facts, then stamped.
+
+The build sets the static labels (versions, OCI title/description/licenses) and
+the per-build ones (source, revision, created, gpu-validated). After validation
+passed, `stamp` adds what only validation knows (result, report digest, version
+tag) in a config-only image: FROM the validated image, LABEL, no RUN, so its
+layers are the validated image's layers, which `stamp` checks.
+"""
+
+from __future__ import annotations
+
+import io
+
+from pipeline.errors import ValidationFailed
+from pipeline.variants import Variant
+
+PREFIX = "io.proven-torch."
+
+
+def expected_labels(variant: Variant) -> dict[str, str]:
+    """The version labels must equal the pins (the smoke checks then hold the image to the pins)."""
+    return {
+        f"{PREFIX}variant": variant.name,
+        f"{PREFIX}torch": variant.torch,
+        f"{PREFIX}cuda": variant.cuda,
+        f"{PREFIX}cudnn": str(variant.cudnn),
+        f"{PREFIX}python": variant.python,
+    }
+
+
+def check_labels(labels: dict[str, str], variant: Variant) -> None:
+    """Fail when a label disagrees with the pins or a build label is missing."""
+    wrong = [
+        f"{key}={labels.get(key)!r} (expected {value!r})"
+        for key, value in expected_labels(variant).items()
+        if labels.get(key) != value
+    ]
+    for key in ("org.opencontainers.image.title", "org.opencontainers.image.revision", "org.opencontainers.image.created"):
+        if not labels.get(key) or labels.get(key) == "unknown":
+            wrong.append(f"{key} missing")
+    if wrong:
+        raise ValidationFailed("image labels do not match: " + ", ".join(wrong) + "; it will not be tagged")
+
+
+def stamp(client, image_id: str, labels: dict[str, str]) -> str:
+    """A config-only child of the image carrying `labels`; return its ID."""
+    lines = " \\\n      ".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    dockerfile = f"FROM {image_id}\nLABEL {lines}\n"
+    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, pull=False)
+    before = client.images.get(image_id).attrs["RootFS"]["Layers"]
+    after = image.attrs["RootFS"]["Layers"]
+    if before != after:
+        raise ValidationFailed("stamping labels changed the image's layers; refusing to tag")
+    return image.id

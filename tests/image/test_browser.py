@@ -1,0 +1,65 @@
+"""JupyterLab's page renders in a real browser (headless Chromium on the host).
+
+The DOM after the page's scripts ran must hold the Lab shell, not a login or
+error page; the screenshot stays in the test's tmp folder as an artifact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.image.service_helpers import wait_for_jupyter
+from tests.image.tracked_container import TrackedContainer
+
+pytestmark = pytest.mark.image
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def chromium(profile, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    argv = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,800",
+        "--virtual-time-budget=15000", *args,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def lab_url(docker, image):
+    token = "browser-test-token-0123456789"
+    with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": token}) as container:
+        container.start(ports=(8888,))
+        wait_for_jupyter(container)
+        yield f"http://127.0.0.1:{container.ports[8888]}/lab?token={token}"
+
+
+@pytest.fixture
+def profile(tmp_path):
+    return tmp_path / "chromium-profile"
+
+
+def test_the_lab_ui_renders(lab_url, profile):
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
+    result = chromium(profile, "--dump-dom", lab_url)
+    dom = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'id="jp-main-dock-panel"' in dom or "jp-LabShell" in dom, dom[:2000]
+    assert "jp-LabShell" in dom
+    assert "Invalid credentials" not in dom and "Password or token" not in dom
+
+
+def test_a_screenshot_is_taken(lab_url, profile, tmp_path):
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
+    png = tmp_path / "jupyterlab.png"
+    result = chromium(profile, f"--screenshot={png}", lab_url)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000, f"a near-empty screenshot: {png}"
+    print(f"screenshot: {png}")

@@ -1,0 +1,172 @@
+"""Facts about a running container of the image, read like a spec sheet (pytest-testinfra).
+
+One fact per test. The container is the image's default command with a public
+key given, so JupyterLab and sshd both run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import testinfra
+
+from tests.image.service_helpers import make_keypair, wait_for_jupyter, wait_for_sshd
+from tests.image.tracked_container import TrackedContainer
+
+pytestmark = pytest.mark.image
+
+SSHD_CONFIG = "/tmp/proven-torch/sshd_config"  # what start.sh generated (it includes the image's policy)
+
+
+@pytest.fixture(scope="module")
+def container(docker, image, tmp_path_factory):
+    _, public = make_keypair(tmp_path_factory.mktemp("facts"))
+    with TrackedContainer(docker, image, environment={"PUBLIC_KEY": public}) as tracked:
+        tracked.start(ports=(8888, 2222))
+        wait_for_jupyter(tracked)
+        wait_for_sshd(tracked)
+        yield tracked
+
+
+@pytest.fixture(scope="module")
+def host(container):
+    """The container as its own user (docker exec, like the healthcheck)."""
+    return testinfra.get_host(f"docker://{container.container.id}")
+
+
+@pytest.fixture(scope="module")
+def root_host(container):
+    return testinfra.get_host(f"docker://root@{container.container.id}")
+
+
+@pytest.fixture(scope="module")
+def sshd_settings(host):
+    """`sshd -T`: the settings sshd really uses, lower-cased keys."""
+    settings: dict[str, str] = {}
+    for line in host.check_output(f"/usr/sbin/sshd -T -f {SSHD_CONFIG}").splitlines():
+        key, _, value = line.partition(" ")
+        settings.setdefault(key, value)
+    return settings
+
+
+# --- the user ---------------------------------------------------------------------
+
+
+def test_runs_as_user(host):
+    assert host.user().name == "user"
+
+
+def test_user_uid_is_1000(host):
+    assert host.user("user").uid == 1000
+
+
+def test_user_gid_is_100(host):
+    assert host.user("user").gid == 100
+
+
+def test_workspace_belongs_to_the_user(host):
+    assert host.file("/workspace").uid == 1000
+
+
+def test_workspace_is_group_writable_setgid(host):
+    assert host.file("/workspace").mode == 0o2775
+
+
+def test_no_sudo(host):
+    assert not host.exists("sudo")
+
+
+def test_root_has_no_password(root_host):
+    assert root_host.check_output("getent shadow root | cut -d: -f2") in ("*", "!", "!*")
+
+
+def test_no_process_runs_as_root(host):
+    assert {p.user for p in host.process.filter()} == {"user"}
+
+
+def test_pid_1_is_tini(host):
+    assert host.process.get(pid=1).comm == "tini"
+
+
+# --- SSH files ----------------------------------------------------------------------
+
+
+def test_ssh_dir_mode_0700(host):
+    assert host.file("/home/user/.ssh").mode == 0o700
+
+
+def test_authorized_keys_mode_0600(host):
+    assert host.file("/home/user/.ssh/authorized_keys").mode == 0o600
+
+
+def test_authorized_keys_belongs_to_the_user(host):
+    assert host.file("/home/user/.ssh/authorized_keys").user == "user"
+
+
+def test_ssh_environment_mode_0600(host):
+    assert host.file("/home/user/.ssh/environment").mode == 0o600
+
+
+def test_host_key_dir_mode_0700(host):
+    assert host.file("/workspace/.ssh-host-keys").mode == 0o700
+
+
+def test_host_private_key_mode_0600(host):
+    assert host.file("/workspace/.ssh-host-keys/ssh_host_ed25519_key").mode == 0o600
+
+
+def test_no_host_keys_in_etc_ssh(host):
+    assert host.check_output("find /etc/ssh -name 'ssh_host_*'") == ""
+
+
+# --- sshd settings that matter ------------------------------------------------------
+
+
+def test_sshd_password_authentication_no(sshd_settings):
+    assert sshd_settings["passwordauthentication"] == "no"
+
+
+def test_sshd_permit_root_login_no(sshd_settings):
+    assert sshd_settings["permitrootlogin"] == "no"
+
+
+def test_sshd_kbd_interactive_authentication_no(sshd_settings):
+    assert sshd_settings["kbdinteractiveauthentication"] == "no"
+
+
+def test_sshd_pubkey_authentication_yes(sshd_settings):
+    assert sshd_settings["pubkeyauthentication"] == "yes"
+
+
+def test_sshd_authentication_methods_publickey(sshd_settings):
+    assert sshd_settings["authenticationmethods"] == "publickey"
+
+
+def test_sshd_permit_empty_passwords_no(sshd_settings):
+    assert sshd_settings["permitemptypasswords"] == "no"
+
+
+def test_sshd_port_2222(sshd_settings):
+    assert sshd_settings["port"] == "2222"
+
+
+def test_sshd_allows_only_the_user(sshd_settings):
+    assert sshd_settings["allowusers"] == "user"
+
+
+def test_sshd_runs_as_the_user(host):
+    assert {p.user for p in host.process.filter(comm="sshd")} == {"user"}
+
+
+# --- what listens -------------------------------------------------------------------
+
+
+def test_jupyter_listens_on_8888(host):
+    assert host.socket("tcp://0.0.0.0:8888").is_listening
+
+
+def test_sshd_listens_on_2222(host):
+    assert host.socket("tcp://0.0.0.0:2222").is_listening
+
+
+def test_nothing_else_listens(host):
+    assert {s.split(":")[-1] for s in host.socket.get_listening_sockets() if s.startswith("tcp")} == {"8888", "2222"}

@@ -1,0 +1,135 @@
+"""JupyterLab in the image, through real clients: its REST API and a kernel driven
+over the websocket, as a notebook would. One container (default command, no key,
+generated token) serves the module; the token tests that need other settings
+start their own.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.image.service_helpers import FAST_HEALTHCHECK, Jupyter, run_command, wait_for_jupyter
+from tests.image.tracked_container import TrackedContainer, wait_until
+
+pytestmark = pytest.mark.image
+
+
+@pytest.fixture(scope="module")
+def lab(docker, image):
+    """The image's default command: JupyterLab, token generated and printed by start.sh."""
+    with TrackedContainer(docker, image, healthcheck=FAST_HEALTHCHECK) as container:
+        container.start(ports=(8888,))
+        token = wait_for_jupyter(container)
+        yield container, Jupyter(container.ports[8888], token)
+
+
+def test_logs_print_the_url_with_a_generated_token(lab):
+    container, jupyter = lab
+    assert len(jupyter.token) == 48, container.logs()[-2000:]
+    assert f"http://127.0.0.1:8888/lab?token={jupyter.token}" in container.logs()
+
+
+def test_api_refuses_requests_without_the_token(lab):
+    _, jupyter = lab
+    assert jupyter.get("/api/kernels", token=None).status_code in (401, 403)
+
+
+def test_api_refuses_a_wrong_token(lab):
+    _, jupyter = lab
+    assert jupyter.get("/api/kernels", token="0" * 48).status_code in (401, 403)
+
+
+def test_api_accepts_the_token(lab):
+    _, jupyter = lab
+    response = jupyter.get("/api/kernels")
+    assert response.status_code == 200 and response.json() == []
+
+
+def test_api_accepts_the_token_in_the_url(lab):
+    _, jupyter = lab
+    assert jupyter.get(f"/api/status?token={jupyter.token}", token=None).status_code == 200
+
+
+def test_kernel_imports_torch_over_the_websocket(lab):
+    _, jupyter = lab
+    kernel = jupyter.start_kernel()
+    try:
+        out = jupyter.execute(kernel, "import torch\nprint(torch.__version__)\ntorch.ones(2).sum().item()")
+    finally:
+        jupyter.shutdown_kernel(kernel)
+    assert out["status"] == "ok", out["error"]
+    assert out["stdout"].strip().startswith("2."), out
+    assert out["result"] == "2.0"
+
+
+def test_kernel_is_the_image_python(lab):
+    _, jupyter = lab
+    kernel = jupyter.start_kernel()
+    try:
+        out = jupyter.execute(kernel, "import sys, os\nprint(sys.executable, os.getcwd())")
+    finally:
+        jupyter.shutdown_kernel(kernel)
+    assert out["stdout"].split() == ["/opt/venv/bin/python", "/workspace"], out
+
+
+def test_healthcheck_turns_healthy(lab):
+    container, _ = lab
+    wait_until(lambda: container.health() == "healthy", 60, "a healthy container")
+
+
+def test_without_a_key_sshd_does_not_run(lab):
+    container, _ = lab
+    code, out = container.exec(["ps", "-eo", "comm="])
+    assert code == 0 and "sshd" not in out.split(), out
+    assert "SSH: off (no key given" in container.logs()
+
+
+def test_server_list_finds_the_server_through_docker_exec(lab):
+    container, jupyter = lab
+    code, out = container.exec(["jupyter", "server", "list"])
+    assert code == 0 and jupyter.token in out, out
+
+
+# --- token settings ---------------------------------------------------------------
+
+
+def test_an_empty_jupyter_token_does_not_disable_auth(docker, image):
+    with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": ""}) as container:
+        container.start(ports=(8888,))
+        token = wait_for_jupyter(container)
+        jupyter = Jupyter(container.ports[8888], token)
+        assert len(token) == 48
+        assert jupyter.get("/api/kernels", token=None).status_code in (401, 403)
+        assert jupyter.get("/api/kernels").status_code == 200
+
+
+def test_a_given_token_works_and_is_not_printed(docker, image):
+    token = "a-token-the-user-chose-1234"
+    with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": token}) as container:
+        container.start(ports=(8888,))
+        wait_for_jupyter(container)
+        jupyter = Jupyter(container.ports[8888], token)
+        assert jupyter.get("/api/kernels").status_code == 200
+        assert token not in container.logs()
+        assert "lab?token=<your JUPYTER_TOKEN>" in container.logs()
+
+
+def test_a_hashed_password_logs_in(docker, image):
+    password = "correct horse battery staple"
+    # The command the docs give for making a hash, through the image's entrypoint.
+    code, out = run_command(docker, image, ["python", "-c", f"from jupyter_server.auth import passwd; print(passwd({password!r}))"])
+    hashed = out.strip()
+    assert code == 0 and hashed.startswith("argon2:"), out
+    with TrackedContainer(docker, image, environment={"JUPYTER_PASSWORD_HASH": hashed}) as container:
+        container.start(ports=(8888,))
+        token = wait_for_jupyter(container)
+        base = f"http://127.0.0.1:{container.ports[8888]}"
+        browser = requests.Session()
+        assert browser.get(f"{base}/api/kernels", timeout=20).status_code in (401, 403)
+        browser.get(f"{base}/login", timeout=20)
+        login = browser.post(f"{base}/login", data={"password": password, "_xsrf": browser.cookies["_xsrf"]}, allow_redirects=False, timeout=20)
+        assert login.status_code == 302, login.text[:500]
+        assert browser.get(f"{base}/api/kernels", timeout=20).status_code == 200
+        # The token keeps working beside the password.
+        assert Jupyter(container.ports[8888], token).get("/api/kernels").status_code == 200

@@ -1,0 +1,195 @@
+"""SSH into the image with OpenSSH's own client, as a user would.
+
+One container (JupyterLab + sshd, PUBLIC_KEY given, a named volume on
+/workspace) serves most tests; persistence and host identity need containers
+of their own, started with the `sshd` command (no JupyterLab: faster).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+
+from tests.image.service_helpers import Jupyter, host_keys, make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
+from tests.image.tracked_container import TrackedContainer
+
+pytestmark = pytest.mark.image
+
+LABELS = {"io.proven-torch.role": "test"}
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("ssh")
+    key, public = make_keypair(directory, "id_ed25519")
+    other, _ = make_keypair(directory, "not_authorized")
+    return {"key": key, "public": public, "other": other, "known_hosts": directory / "known_hosts"}
+
+
+@pytest.fixture
+def volume(docker):
+    vol = docker.volumes.create(labels=LABELS)
+    yield vol.name
+    vol.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def box(docker, image, keys):
+    """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
+    vol = docker.volumes.create(labels=LABELS)
+    try:
+        with TrackedContainer(docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes={vol.name: {"bind": "/workspace", "mode": "rw"}}) as container:
+            container.start(ports=(8888, 2222))
+            token = wait_for_jupyter(container)
+            wait_for_sshd(container)
+            yield container, container.ports[2222], token
+    finally:
+        vol.remove(force=True)
+
+
+def test_a_batch_job_imports_torch_and_writes_to_workspace(box, keys):
+    _, port, _ = box
+    job = "python -c 'import torch; open(\"/workspace/job.txt\", \"w\").write(torch.__version__)' && cat /workspace/job.txt"
+    result = ssh(port, keys["key"], keys["known_hosts"], job, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("2."), result.stdout
+
+
+def test_a_session_has_the_container_environment(box, keys):
+    _, port, _ = box
+    result = ssh(port, keys["key"], keys["known_hosts"], "command -v python; echo $NVIDIA_VISIBLE_DEVICES $PROVEN_TORCH_VARIANT; echo $PATH")
+    assert result.returncode == 0, result.stderr
+    python, nvidia, path = result.stdout.splitlines()
+    assert python == "/opt/venv/bin/python"
+    assert nvidia.split()[0] == "all" and nvidia.split()[1].startswith("cu")
+    assert path.startswith("/opt/venv/bin:")
+
+
+def test_a_login_shell_has_the_container_environment(box, keys):
+    _, port, _ = box
+    # /etc/profile resets PATH in login shells; /etc/profile.d/proven-torch.sh restores it.
+    result = ssh(port, keys["key"], keys["known_hosts"], ["bash", "-lc", shlex.quote("command -v python; echo $NVIDIA_DRIVER_CAPABILITIES")])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility"]
+
+
+def test_the_login_is_the_unprivileged_user(box, keys):
+    _, port, _ = box
+    result = ssh(port, keys["key"], keys["known_hosts"], "id -u; id -un; pwd")
+    assert result.stdout.split() == ["1000", "user", "/home/user"], result.stderr
+
+
+def test_jupyter_serves_beside_sshd(box):
+    container, _, token = box
+    assert Jupyter(container.ports[8888], token).get("/api/kernels").status_code == 200
+
+
+def test_a_password_login_is_refused(box, keys):
+    _, port, _ = box
+    result = ssh(port, None, keys["known_hosts"], "true", options=("PreferredAuthentications=password", "PubkeyAuthentication=no", "NumberOfPasswordPrompts=1"))
+    assert result.returncode == 255
+    assert "Permission denied (publickey)" in result.stderr
+
+
+def test_keyboard_interactive_is_refused(box, keys):
+    _, port, _ = box
+    result = ssh(port, None, keys["known_hosts"], "true", options=("PreferredAuthentications=keyboard-interactive", "PubkeyAuthentication=no"))
+    assert result.returncode == 255
+    assert "Permission denied (publickey)" in result.stderr
+
+
+def test_root_login_is_refused_even_with_the_right_key(box, keys):
+    _, port, _ = box
+    result = ssh(port, keys["key"], keys["known_hosts"], "true", user="root")
+    assert result.returncode == 255
+    assert "Permission denied" in result.stderr
+
+
+def test_a_wrong_key_is_refused(box, keys):
+    _, port, _ = box
+    result = ssh(port, keys["other"], keys["known_hosts"], "true")
+    assert result.returncode == 255
+    assert "Permission denied (publickey)" in result.stderr
+
+
+# --- persistence and identity ---------------------------------------------------------
+
+
+def test_workspace_and_host_identity_survive_a_recreated_container(docker, image, keys, volume):
+    mounts = {volume: {"bind": "/workspace", "mode": "rw"}}
+    known_hosts = keys["known_hosts"].with_name("known_hosts_recreated")
+    with TrackedContainer(docker, image, command=["sshd"], environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts) as first:
+        first.start(ports=(2222,))
+        port = wait_for_sshd(first)
+        identity = host_keys(port)
+        job = "python -c 'import torch' && echo kept > /workspace/result.txt"
+        result = ssh(port, keys["key"], known_hosts, job, timeout=120, options=("HostKeyAlias=recreated",))
+        assert result.returncode == 0, result.stderr
+    with TrackedContainer(docker, image, command=["sshd"], environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts) as second:
+        second.start(ports=(2222,))
+        port = wait_for_sshd(second)
+        assert host_keys(port) == identity
+        # ssh itself checks the identity: strict, against what the first container showed.
+        result = ssh(port, keys["key"], known_hosts, "cat /workspace/result.txt", options=("StrictHostKeyChecking=yes", "HostKeyAlias=recreated"))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "kept\n"
+
+
+def test_two_containers_have_different_host_keys(docker, image, keys, box):
+    _, port, _ = box
+    with TrackedContainer(docker, image, command=["sshd"], environment={"PUBLIC_KEY": keys["public"]}) as other:
+        other.start(ports=(2222,))
+        other_port = wait_for_sshd(other)
+        mine, theirs = host_keys(port), host_keys(other_port)
+        assert len(mine) == 2 and len(theirs) == 2  # ed25519 and ecdsa
+        assert not mine & theirs
+
+
+def test_public_key_file_is_read(docker, image, keys):
+    mounts = {str(keys["key"].with_suffix(".pub")): {"bind": "/run/secrets/ssh_key.pub", "mode": "ro"}}
+    environment = {"PUBLIC_KEY_FILE": "/run/secrets/ssh_key.pub"}
+    with TrackedContainer(docker, image, command=["sshd"], environment=environment, volumes=mounts) as container:
+        container.start(ports=(2222,))
+        port = wait_for_sshd(container)
+        result = ssh(port, keys["key"], keys["known_hosts"].with_name("kh_file"), "echo in")
+        assert result.stdout == "in\n", result.stderr
+
+
+def test_a_mounted_authorized_keys_file_is_used(docker, image, keys, tmp_path):
+    authorized = tmp_path / "authorized_keys"
+    authorized.write_text(keys["public"] + "\n")
+    authorized.chmod(0o600)
+    os.chown(authorized, 1000, 100)
+    mounts = {str(authorized): {"bind": "/home/user/.ssh/authorized_keys", "mode": "ro"}}
+    with TrackedContainer(docker, image, command=["sshd"], volumes=mounts) as container:
+        container.start(ports=(2222,))
+        port = wait_for_sshd(container)
+        result = ssh(port, keys["key"], keys["known_hosts"].with_name("kh_mounted"), "echo in")
+        assert result.stdout == "in\n", result.stderr + container.logs()
+
+
+def test_another_uid_logs_in_as_user(docker, image, keys):
+    with TrackedContainer(docker, image, command=["sshd"], user="1234:1234", environment={"PUBLIC_KEY": keys["public"]}) as container:
+        container.start(ports=(2222,))
+        port = wait_for_sshd(container)
+        result = ssh(port, keys["key"], keys["known_hosts"].with_name("kh_uid"), "id -u; whoami; command -v python")
+        assert result.stdout.split() == ["1234", "user", "/opt/venv/bin/python"], result.stderr + container.logs()
+
+
+# --- nothing secret in the image ---------------------------------------------------------
+
+
+def test_the_image_holds_no_host_keys_authorized_keys_or_tokens(docker, image):
+    # As root, through the entrypoint's command mode, over the image's own files (no key given).
+    command = [
+        "find", "/", "/workspace", "-xdev", "(",
+        "-name", "ssh_host_*", "-o", "-name", "authorized_keys*", "-o", "-name", ".ssh-host-keys",
+        "-o", "-name", "jpserver-*", "-o", "-name", "jupyter_cookie_secret", "-o", "-name", "*.token", ")",
+        "-print",
+    ]  # fmt: skip
+    code, found = run_command(docker, image, command, user="0")
+    assert (code, found) == (0, ""), found
+    env = docker.images.get(image).attrs["Config"]["Env"]
+    assert not [e for e in env if e.split("=")[0] in ("JUPYTER_TOKEN", "JUPYTER_PASSWORD_HASH", "PUBLIC_KEY")], env
