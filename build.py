@@ -73,6 +73,15 @@ def make_parser() -> argparse.ArgumentParser:
         help="on a host without a GPU, allow --push of an image validated on the CPU only "
         "(the report and the label io.proven-torch.gpu-validated say false)",
     )
+    parser.add_argument(
+        "--advisories",
+        type=Path,
+        default=os.environ.get("ADVISORY_DB") or None,
+        metavar="DIR|ZIP",
+        help="OSV advisory records for PyPI (a folder or osv.dev's PyPI/all.zip) to audit the image's Python "
+        "packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
+        "(default: $ADVISORY_DB; without it the audit is reported as not run)",
+    )
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
     parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
@@ -154,6 +163,7 @@ def cmd_build(matrix, args) -> int:
         registry=args.registry,
         repo=args.repo or matrix.name,
         ca_cert=args.ca_cert,
+        advisories=args.advisories,
         allow_cpu_validation=args.allow_cpu_validation,
         report_dir=args.report_dir,
         verbose=args.verbose,

@@ -55,6 +55,8 @@ def write_report(
             "hygiene": list(validation.hygiene),
             "size": validation.size,
         },
+        "sbom": validation.sbom if validation else None,
+        "audit": validation.audit if validation else None,
         "tags": tags or [],
         "pushed": pushed or {},
         "host": {"machine": platform.machine(), "system": platform.platform()},

@@ -26,6 +26,7 @@ class BuildConfig:
     registry: str | None = None
     repo: str = "proven-torch"
     ca_cert: Path | None = None
+    advisories: Path | None = None
     allow_cpu_validation: bool = False
     report_dir: Path = REPO_ROOT / "reports"
     verbose: bool = False
@@ -43,6 +44,7 @@ class Target:
     revision: str
     build_seconds: float = 0.0
     ca_cert: Path | None = None
+    advisories: Path | None = None
 
     @property
     def report_path(self) -> Path:
@@ -102,6 +104,8 @@ def _validation_record(validation: Validation) -> bytes:
         "ppo_cpu": validation.ppo_cpu,
         "hygiene": list(validation.hygiene),
         "size": validation.size,
+        "sbom": validation.sbom,
+        "audit": validation.audit,
     }
     return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
 
@@ -110,7 +114,7 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     """Validate the untagged image; stamp and tag it only when every check passed."""
     variant = target.variant
     common = dict(variant=variant, image_id=image_id, build_seconds=target.build_seconds, created=target.created, revision=target.revision)
-    validation = validate.validate_image(client, image_id, variant, gpus, target.run_dir, target.ca_cert)
+    validation = validate.validate_image(client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories)
     try:
         validate.require_valid(validation, target.report_path)
         immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
@@ -185,6 +189,7 @@ def run(config: BuildConfig) -> RunResult:
         revision=revision,
         build_seconds=built.seconds,
         ca_cert=config.ca_cert,
+        advisories=config.advisories,
     )
     tagged = validate_and_tag(client, built.image_id, gpus, target)
     pushed = push_all(client, tagged, target) if config.push else {}

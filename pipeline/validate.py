@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import hygiene, labels, size
+from pipeline import audit, hygiene, labels, sbom, size
 from pipeline.errors import Interrupted, ValidationFailed
 from pipeline.variants import Variant
 
@@ -41,6 +41,8 @@ class Validation:
     ppo_cpu: dict | None
     hygiene: tuple[str, ...]
     size: dict
+    sbom: dict
+    audit: dict
     seconds: float
     failures: tuple[str, ...]
 
@@ -178,11 +180,35 @@ def hygiene_checks(client, image_id: str, ca_cert: Path | None) -> tuple[tuple[s
     return findings, [f"hygiene scan found {len(findings)} problem(s), first: {findings[0]}"] if findings else []
 
 
+def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, advisories: Path | None):
+    """SBOM of the image, then the vulnerability audit of its Python packages."""
+    _, sbom_summary = sbom.write_sbom(client, image_id, f"proven-torch {variant.name}", "bookworm", out_dir)
+    if advisories is None:
+        result = audit.not_run("no advisory database given (build.py --advisories DIR with OSV records for PyPI)")
+    else:
+        packages = sbom.read_inventory(client, image_id)["python"]
+        result = audit.audit(packages, audit.load_records(advisories), audit.load_allowlist())
+        result["database"] = str(advisories)
+    print(
+        f"==> audit: {result['status']}"
+        + (f" ({len(result['findings'])} finding(s), {len(result.get('allowed', []))} allowed)" if result["status"] != "not run" else f": {result['reason']}"),
+        flush=True,
+    )
+    failures = [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
+    return sbom_summary, result, failures
+
+
 def validate_image(
-    client, image_id: str, variant: Variant, gpus: int, out_dir: Path, ca_cert: Path | None = None
+    client,
+    image_id: str,
+    variant: Variant,
+    gpus: int,
+    out_dir: Path,
+    ca_cert: Path | None = None,
+    advisories: Path | None = None,
 ) -> Validation:
     """Check the image, cheapest first, stopping at the first stage that fails:
-    labels and size, the hygiene scan, the smoke suite, the PPO gate."""
+    labels and size, the hygiene scan, SBOM and audit, the smoke suite, the PPO gate."""
     start = time.monotonic()
     gpu = gpus > 0
     summary, failures = static_checks(client, image_id, variant)
@@ -190,8 +216,12 @@ def validate_image(
     smoke_report: dict = {}
     ppo_report: dict = {}
     ppo_cpu: dict | None = None
+    sbom_summary: dict = {}
+    audit_result: dict = {}
     if not failures:
         findings, failures = hygiene_checks(client, image_id, ca_cert)
+    if not failures:
+        sbom_summary, audit_result, failures = supply_chain_checks(client, image_id, variant, out_dir, advisories)
     if not failures:
         smoke = run_step(client, image_id, "smoke checks", smoke_command(variant, gpu), gpus, SMOKE_TIMEOUT_S)
         _write_files(smoke.files, out_dir)
@@ -222,6 +252,8 @@ def validate_image(
         ppo_cpu=ppo_cpu,
         hygiene=findings,
         size=summary,
+        sbom=sbom_summary,
+        audit=audit_result,
         seconds=time.monotonic() - start,
         failures=tuple(failures),
     )

@@ -1,0 +1,82 @@
+"""A CycloneDX SBOM of the image: its Python packages and its Debian packages.
+
+The inventory is read inside a container of the image (`pip inspect` for the
+venv, `dpkg-query` for the OS), and the document is written on the host with
+CycloneDX's own Python library (cyclonedx-python-lib), as CycloneDX 1.6 JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+INVENTORY = r"""
+import json, subprocess, sys
+pip = json.loads(subprocess.run([sys.executable, "-m", "pip", "inspect", "--local"], capture_output=True, text=True, check=True).stdout)
+python = [{"name": p["metadata"]["name"], "version": p["metadata"]["version"], "license": p["metadata"].get("license_expression") or (p["metadata"].get("license") or "")[:80]} for p in pip["installed"]]
+fmt = "${Package}\t${Version}\t${Architecture}\n"
+debs = [dict(zip(("name", "version", "arch"), line.split("\t"))) for line in subprocess.run(["dpkg-query", "-W", "-f", fmt], capture_output=True, text=True, check=True).stdout.splitlines()]
+print(json.dumps({"python": python, "debian": debs}))
+"""
+
+
+def read_inventory(client, image_id: str, timeout_s: int = 300) -> dict:
+    container = client.containers.create(
+        image_id, entrypoint=["python3", "-c", INVENTORY], network_disabled=True, labels={"io.proven-torch.role": "validation"}
+    )
+    try:
+        container.start()
+        exit_code = container.wait(timeout=timeout_s)["StatusCode"]
+        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        if exit_code != 0:
+            raise RuntimeError(f"inventory failed (exit {exit_code}): {container.logs().decode(errors='replace')[-300:]}")
+    finally:
+        container.remove(force=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str) -> str:
+    """CycloneDX 1.6 JSON text for the inventory."""
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+    from packageurl import PackageURL
+
+    bom = Bom()
+    bom.metadata.component = Component(
+        name=image_name, version=image_id, type=ComponentType.CONTAINER, bom_ref=f"image:{image_id}"
+    )
+    for pkg in sorted(inventory["python"], key=lambda p: p["name"].lower()):
+        bom.components.add(
+            Component(
+                name=pkg["name"], version=pkg["version"], type=ComponentType.LIBRARY,
+                purl=PackageURL("pypi", name=pkg["name"].lower(), version=pkg["version"]),
+                bom_ref=f"pypi:{pkg['name'].lower()}@{pkg['version']}",
+            )
+        )  # fmt: skip
+    for deb in sorted(inventory["debian"], key=lambda d: d["name"]):
+        bom.components.add(
+            Component(
+                name=deb["name"], version=deb["version"], type=ComponentType.LIBRARY,
+                purl=PackageURL("deb", namespace="debian", name=deb["name"], version=deb["version"],
+                                qualifiers={"arch": deb["arch"], "distro": f"debian-{base_suite}"}),
+                bom_ref=f"deb:{deb['name']}@{deb['version']}",
+            )
+        )  # fmt: skip
+    bom.register_dependency(bom.metadata.component, list(bom.components))
+    return JsonV1Dot6(bom).output_as_string(indent=2)
+
+
+def write_sbom(client, image_id: str, image_name: str, base_suite: str, out_dir: Path) -> tuple[Path, dict]:
+    """Write sbom.cdx.json next to the report; return its path and a summary."""
+    inventory = read_inventory(client, image_id)
+    path = out_dir / "sbom.cdx.json"
+    path.write_text(build_sbom(inventory, image_name, image_id, base_suite))
+    summary = {
+        "format": "CycloneDX 1.6 JSON",
+        "file": path.name,
+        "python_packages": len(inventory["python"]),
+        "debian_packages": len(inventory["debian"]),
+    }
+    print(f"==> SBOM: {summary['python_packages']} Python and {summary['debian_packages']} Debian packages -> {path}", flush=True)
+    return path, summary

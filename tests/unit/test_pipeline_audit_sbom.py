@@ -1,0 +1,102 @@
+"""The offline vulnerability audit (OSV records) and the CycloneDX SBOM builder."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import zipfile
+
+import pytest
+
+from pipeline.audit import Allowed, audit, load_allowlist, load_records, matches
+from pipeline.errors import UsageError
+from pipeline.sbom import build_sbom
+
+pytestmark = pytest.mark.unit
+
+
+def _record(id_, name, events=None, versions=None, level="HIGH"):
+    affected = {"package": {"ecosystem": "PyPI", "name": name}}
+    if events is not None:
+        affected["ranges"] = [{"type": "ECOSYSTEM", "events": events}]
+    if versions is not None:
+        affected["versions"] = versions
+    return {"id": id_, "aliases": [f"CVE-{id_}"], "summary": "s", "affected": [affected], "database_specific": {"severity": level}}
+
+
+@pytest.mark.parametrize(
+    ("version", "hit"),
+    [("1.0.0", False), ("2.0.0", True), ("2.5.1", True), ("3.0.0", False), ("3.1", False)],
+)
+def test_range_introduced_fixed(version, hit):
+    rec = _record("A", "Some_Pkg", events=[{"introduced": "2.0"}, {"fixed": "3.0"}])
+    assert matches(rec, "some-pkg", version) is hit
+
+
+def test_range_from_zero_and_last_affected():
+    rec = _record("B", "tqdm", events=[{"introduced": "0"}, {"last_affected": "4.66.0"}])
+    assert matches(rec, "tqdm", "4.66.0") and not matches(rec, "tqdm", "4.66.1")
+
+
+def test_explicit_versions_and_other_packages():
+    rec = _record("C", "jinja2", versions=["3.1.2"])
+    assert matches(rec, "Jinja2", "3.1.2")
+    assert not matches(rec, "jinja2", "3.1.3")
+    assert not matches(rec, "markupsafe", "3.1.2")
+
+
+PKGS = [{"name": "tqdm", "version": "4.70.1"}, {"name": "jinja2", "version": "3.1.6"}]
+
+
+def test_high_finding_fails():
+    result = audit(PKGS, [_record("GHSA-1", "tqdm", versions=["4.70.1"])], [])
+    assert result["status"] == "fail" and result["failing"] == ["GHSA-1 (HIGH) in tqdm 4.70.1"]
+
+
+def test_moderate_finding_is_reported_not_failed():
+    result = audit(PKGS, [_record("GHSA-2", "jinja2", versions=["3.1.6"], level="MODERATE")], [])
+    assert result["status"] == "pass" and result["findings"][0]["severity"] == "MEDIUM"
+
+
+def test_allowlisted_by_alias_until_it_expires():
+    rec = _record("GHSA-1", "tqdm", versions=["4.70.1"])
+    entry = Allowed(id="CVE-GHSA-1", package="tqdm", reason="not reachable", expires=dt.date(2030, 1, 1))
+    ok = audit(PKGS, [rec], [entry], today=dt.date(2029, 12, 31))
+    assert ok["status"] == "pass" and ok["allowed"][0]["reason"] == "not reachable"
+    late = audit(PKGS, [rec], [entry], today=dt.date(2030, 1, 2))
+    assert late["status"] == "fail" and late["expired_allowlist"][0]["id"] == "CVE-GHSA-1"
+
+
+def test_records_load_from_folder_and_zip(tmp_path):
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "a.json").write_text(json.dumps(_record("X", "tqdm", versions=["1"])))
+    with zipfile.ZipFile(tmp_path / "all.zip", "w") as zf:
+        zf.writestr("b.json", json.dumps(_record("Y", "tqdm", versions=["1"])))
+    assert [r["id"] for r in load_records(tmp_path / "db")] == ["X"]
+    assert [r["id"] for r in load_records(tmp_path / "all.zip")] == ["Y"]
+    with pytest.raises(UsageError):
+        load_records(tmp_path / "missing")
+
+
+def test_allowlist_needs_reason_and_expiry(tmp_path):
+    bad = tmp_path / "allow.toml"
+    bad.write_text('[[allow]]\nid = "X"\npackage = "tqdm"\n')
+    with pytest.raises(UsageError, match="reason"):
+        load_allowlist(bad)
+
+
+def test_committed_allowlist_parses():
+    assert all(entry.reason and entry.expires for entry in load_allowlist())
+
+
+def test_sbom_is_cyclonedx_with_purls():
+    inventory = {
+        "python": [{"name": "torch", "version": "1.2.3", "license": ""}],
+        "debian": [{"name": "openssh-server", "version": "1:9.2p1-2", "arch": "amd64"}],
+    }
+    doc = json.loads(build_sbom(inventory, "proven-torch cu999", "sha256:abc", "bookworm"))
+    assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
+    purls = {c["purl"] for c in doc["components"]}
+    assert "pkg:pypi/torch@1.2.3" in purls
+    assert any(p.startswith("pkg:deb/debian/openssh-server@1:9.2p1-2") for p in purls)
+    assert doc["metadata"]["component"]["type"] == "container"
