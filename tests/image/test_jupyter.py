@@ -67,10 +67,10 @@ def test_kernel_is_the_image_python(lab):
     _, jupyter = lab
     kernel = jupyter.start_kernel()
     try:
-        out = jupyter.execute(kernel, "import sys, os\nprint(sys.executable, os.getcwd())")
+        out = jupyter.execute(kernel, "import sys, os\nprint(sys.prefix, os.getcwd())")
     finally:
         jupyter.shutdown_kernel(kernel)
-    assert out["stdout"].split() == ["/opt/venv/bin/python", "/workspace"], out
+    assert out["stdout"].split() == ["/opt/venv", "/workspace"], out
 
 
 def test_healthcheck_turns_healthy(lab):
