@@ -164,7 +164,7 @@ setup_authorized_keys() {
 # SSH_HOST_KEY_DIR so a re-created container with the same volume keeps its identity.
 setup_host_keys() {
     local dir="${SSH_HOST_KEY_DIR:-$DEFAULT_HOST_KEY_DIR}" type
-    if ! { mkdir -p "$dir" && chmod 700 "$dir" && [[ -w "$dir" ]]; } 2>/dev/null; then
+    if ! { mkdir -p "$dir" && chmod 00700 "$dir" && [[ -w "$dir" ]]; } 2>/dev/null; then
         if [[ -n "${SSH_HOST_KEY_DIR:-}" ]]; then
             log "SSH: SSH_HOST_KEY_DIR=$dir is not a folder UID $(id -u) can write; SSH stays off."
             return 1

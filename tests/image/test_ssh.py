@@ -185,7 +185,7 @@ def test_the_image_holds_no_host_keys_authorized_keys_or_tokens(docker, image):
     # As root, through the entrypoint's command mode, over the image's own files (no key given).
     command = [
         "find", "/", "/workspace", "-xdev", "(",
-        "-name", "ssh_host_*", "-o", "-name", "authorized_keys*", "-o", "-name", ".ssh-host-keys",
+        "-name", "ssh_host_*", "-o", "-name", "authorized_keys", "-o", "-name", "authorized_keys2", "-o", "-name", ".ssh-host-keys",
         "-o", "-name", "jpserver-*", "-o", "-name", "jupyter_cookie_secret", "-o", "-name", "*.token", ")",
         "-print",
     ]  # fmt: skip

@@ -1,0 +1,156 @@
+"""ppo_bench end to end: the command line build.py runs, learning, resume, torchrun."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ppo_bench import __main__ as cli
+from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_USAGE
+from ppo_bench.ppo import Args, train
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+# Small and quick: one CPU thread each, no time-based checkpoints.
+TINY = ["--num-envs", "16", "--num-steps", "16", "--threads", "1", "--checkpoint-every", "0"]
+
+
+def run_cli(args, timeout=240, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def checkpoint(path):
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def test_gate_command_line_learns_and_writes_the_contract(tmp_path):
+    """build.py's command line (with a short budget): returns must rise far above a
+    random policy's ~22, and an unreachable target must end in exit 3 with one line."""
+    out = tmp_path / "gate"
+    proc = run_cli(["-m", "ppo_bench", "--backend", "torch", "--env-id", "CartPole-v1", "--seed", "1",
+                    "--total-timesteps", "150000", "--target-return", "600", "--out-dir", str(out),
+                    "--fail-below-target", "--no-progress", "--device", "cpu", "--threads", "1"])
+    assert proc.returncode == EXIT_BELOW_TARGET, proc.stdout + proc.stderr
+    stderr_lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(stderr_lines) == 1 and stderr_lines[0].startswith("ppo_bench: FAILED:"), proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    types = {"solved": bool, "target_return": float, "final_mean_return": float, "seconds_to_target": type(None),
+             "steps_to_target": type(None), "wall_seconds": float, "sps_end_to_end": float, "sps_rollout": float,
+             "sps_update": float, "total_env_steps": int, "seed": int, "device": str, "gpu_name": type(None),
+             "torch": str, "cuda": (str, type(None)), "backend": str, "env_id": str, "num_envs": int}
+    for key, typ in types.items():
+        assert isinstance(result[key], typ), (key, result[key])
+    assert result["solved"] is False and result["device"] == "cpu" and result["torch"] == torch.__version__
+    batch = result["num_envs"] * result["args"]["num_steps"]
+    assert result["total_env_steps"] == 150000 // batch * batch
+    # Learning: the last 100 episodes average far above a random policy (about 22).
+    assert result["final_mean_return"] > 150, result["final_mean_return"]
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(out.glob("events.out.tfevents.*"))
+    assert "mean return" in proc.stdout  # compact progress lines, stdout is not a terminal
+
+
+def test_stop_at_target_stops_there(tmp_path):
+    r = train(Args(seed=1, target_return=60.0, stop_at_target=True, out_dir=str(tmp_path), progress=False,
+                   threads=1, checkpoint_every=0))
+    assert r["solved"] and r["steps_to_target"] == r["total_env_steps"] < 2_000_000
+    assert 0 < r["seconds_to_target"] <= r["wall_seconds"]
+    assert r["final_mean_return"] >= 60.0
+
+
+def test_require_gpu_without_gpu_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = cli.main(["--require-gpu", "--out-dir", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE
+    assert len(err) == 1 and "--require-gpu" in err[0] and "no CUDA GPU" in err[0]
+    assert not (tmp_path / "result.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "torch", "--env-id", "Pendulum-v1"], "CartPole-v1 only"),
+    (["--num-envs", "3", "--num-steps", "3", "--num-minibatches", "4"], "divisible"),
+    (["--device", "cpu", "--cuda-graphs"], "--cuda-graphs needs a CUDA device"),
+    (["--device", "cpu", "--amp", "fp16"], "fp16 needs a CUDA device"),
+    (["--resume"], "no checkpoint"),
+])
+def test_bad_arguments_exit_2(tmp_path, capsys, argv, message):
+    assert cli.main([*argv, "--out-dir", str(tmp_path / "x"), "--no-progress"]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_option_exits_2():
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser().parse_args(["--no-such-option"])
+    assert exc.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("backend", ["torch", "gymnasium"])
+def test_resume_continues_identically(tmp_path, backend):
+    common = dict(backend=backend, seed=3, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 10,
+                  progress=False, threads=1, checkpoint_every=0)
+    full = train(Args(out_dir=str(tmp_path / "full"), **common))
+    part = train(Args(out_dir=str(tmp_path / "split"), stop_after_iterations=4, **common))
+    assert part["iterations"] == 4 and not part["finished"]
+    rest = train(Args(out_dir=str(tmp_path / "split"), resume=True, **common))
+    assert rest["resumed"] and rest["iterations"] == 10 and rest["total_env_steps"] == full["total_env_steps"]
+    a, b = checkpoint(tmp_path / "full" / "checkpoint.pt"), checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert a["episodes"]["returns"] and a["episodes"] == b["episodes"]
+    for key, value in a["agent"].items():
+        assert torch.equal(value, b["agent"][key]), key
+    assert full["final_mean_return"] == rest["final_mean_return"]
+    # and the run did move: the weights differ from a fresh initialisation
+    fresh = train(Args(out_dir=str(tmp_path / "fresh"), **{**common, "total_timesteps": 8 * 16}))
+    assert not torch.equal(checkpoint(tmp_path / "fresh" / "checkpoint.pt")["agent"]["actor.0.weight"],
+                           a["agent"]["actor.0.weight"])
+    assert fresh["iterations"] == 1
+
+
+def test_resume_refuses_changed_hyperparameters(tmp_path):
+    common = dict(seed=1, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4, progress=False, threads=1,
+                  checkpoint_every=0, out_dir=str(tmp_path))
+    train(Args(stop_after_iterations=1, **common))
+    with pytest.raises(Exception, match="learning_rate"):
+        train(Args(resume=True, learning_rate=0.1, **common))
+
+
+def test_pendulum_gaussian_policy_runs_on_the_gymnasium_backend(tmp_path):
+    r = train(Args(backend="gymnasium", env_id="Pendulum-v1", num_envs=2, num_steps=100, total_timesteps=1200,
+                   out_dir=str(tmp_path), progress=False, threads=1, checkpoint_every=0))
+    assert r["episodes"] == 4  # 2 envs x 600 steps / 200 steps per episode
+    assert r["final_mean_return"] < 0 and r["target_return"] is None and r["solved"] is False
+    assert (tmp_path / "result.json").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_two_gloo_processes(tmp_path):
+    out = tmp_path / "ddp"
+    proc = run_cli(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                    "--master_port", str(free_port()), "-m", "ppo_bench", "--device", "cpu", "--seed", "1",
+                    "--total-timesteps", str(2 * 16 * 16 * 6), "--out-dir", str(out), "--no-progress", *TINY],
+                   env_extra={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["world_size"] == 2 and result["num_envs_total"] == 32
+    assert result["total_env_steps"] == 2 * 16 * 16 * 6 and result["episodes"] > 0
+    assert proc.stdout.count("ppo_bench: solved=") == 1  # one summary, from rank 0
+    r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
+    # Gradients were averaged: both ranks hold the same weights ...
+    for key, value in r0["agent"].items():
+        assert torch.equal(value, r1["agent"][key]), key
+    # ... although each rank stepped its own environments.
+    assert not torch.equal(r0["envs"]["state"], r1["envs"]["state"])
+    assert r0["episodes"] == r1["episodes"]  # every rank saw all ranks' episodes
