@@ -24,7 +24,9 @@ readonly RUN_DIR=/tmp/proven-torch              # run-time state; healthcheck.py
 readonly CONTAINER_DIR=/opt/proven-torch/container
 readonly AUTH_KEYS_HEADER="# Written by start.sh from PUBLIC_KEY / PUBLIC_KEY_FILE at every start; edits are lost. Mount your own file here instead."
 readonly DEFAULT_HOST_KEY_DIR=/workspace/.ssh-host-keys
-readonly SSHD_PROBE_NOISE='^(kex_exchange_identification: Connection closed by remote host|Connection closed by 127\.0\.0\.1 port [0-9]+)$'
+# sshd's log lines (stderr, \r\n-terminated) lose the \r and the two lines each
+# healthcheck probe (connect, read the banner, close) would add every few seconds.
+readonly SSHD_LOG_FILTER='s/\r$//; /^kex_exchange_identification: Connection closed by remote host$/d; /^Connection closed by 127\.0\.0\.1 port [0-9]*$/d'
 readonly SSH_ENV_SKIP=" JUPYTER_TOKEN JUPYTER_TOKEN_FILE JUPYTER_PASSWORD_HASH PUBLIC_KEY PUBLIC_KEY_FILE HOSTNAME PWD OLDPWD SHLVL TERM _ "
 
 log() { printf 'start.sh: %s\n' "$*" >&2; }
@@ -221,10 +223,8 @@ EOF
         log "SSH: sshd rejects its configuration ($out); SSH stays off."
         return 1
     fi
-    # -D: stay in the foreground (start.sh watches it); -e: log to stderr (docker
-    # logs), without the two lines each healthcheck probe (connect, read the
-    # banner, close) would add every few seconds.
-    /usr/sbin/sshd -D -e -f "$config" 2> >(grep --line-buffered -v -E "$SSHD_PROBE_NOISE" >&2) &
+    # -D: stay in the foreground (start.sh watches it); -e: log to stderr (docker logs).
+    /usr/sbin/sshd -D -e -f "$config" 2> >(sed -u -e "$SSHD_LOG_FILTER" >&2) &
     SSHD_PID=$!
     printf 'ssh %s\n' "$port" >>"$RUN_DIR/services"
     fingerprints="$(for f in "$HOST_KEY_DIR"/ssh_host_*_key.pub; do ssh-keygen -l -f "$f" | awk '{print $NF " " $2}'; done | paste -sd ' ' -)"

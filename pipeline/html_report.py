@@ -22,7 +22,13 @@ code{font-size:.9em}img{max-width:100%;border:1px solid #ddd}
 
 
 def _e(value) -> str:
+    if isinstance(value, float):
+        value = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return html.escape("" if value is None else str(value))
+
+
+def _join(*values) -> str:
+    return " / ".join(_e(v) for v in values)
 
 
 def _rows(pairs) -> str:
@@ -89,9 +95,9 @@ def render_page(report: dict, run_dir: Path) -> str:
         parts.append("<table id='ppo'>" + _rows([
             ("solved", _status("pass" if ppo.get("solved") else "fail")),
             ("env / backend / device", _e(f"{ppo.get('env_id')} / {ppo.get('backend')} / {ppo.get('device')} {ppo.get('gpu_name') or ''}")),
-            ("final mean return (target)", _e(f"{ppo.get('final_mean_return')} ({ppo.get('target_return')})")),
-            ("env steps / seconds to target", _e(f"{ppo.get('steps_to_target')} / {ppo.get('seconds_to_target')}")),
-            ("SPS end to end / rollout / update", _e(f"{ppo.get('sps_end_to_end')} / {ppo.get('sps_rollout')} / {ppo.get('sps_update')}")),
+            ("final mean return / target", _join(ppo.get("final_mean_return"), ppo.get("target_return"))),
+            ("env steps / seconds to target", _join(ppo.get("steps_to_target"), ppo.get("seconds_to_target"))),
+            ("SPS end to end / rollout / update", _join(ppo.get("sps_end_to_end"), ppo.get("sps_rollout"), ppo.get("sps_update"))),
             ("GPU/CPU ratio (end-to-end SPS)", _e(validation.get("gpu_cpu_sps_ratio") or "n/a (no GPU)")),
         ]) + "</table>")  # fmt: skip
         if (run_dir / "ppo" / "learning_curve.png").exists():

@@ -64,8 +64,8 @@ class Args:
     """'auto' (cuda when torch sees a GPU, else cpu), 'cpu' or 'cuda'"""
     require_gpu: bool = False
     """fail with exit code 2 unless torch sees a CUDA GPU"""
-    threads: int = 0
-    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default"""
+    threads: int = 1
+    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). The networks are too small to gain from more, and extra threads spin against other work on a shared CPU"""
 
     # --- environment ----------------------------------------------------------
     backend: str = "torch"
@@ -240,8 +240,8 @@ class Agent(nn.Module):
             logprob = gaussian_logprob(action, out, logstd).sum(-1)
         else:
             logp = out.float().log_softmax(-1)
-            gumbel = -torch.log(-torch.log(torch.rand_like(logp)))  # Gumbel-max == categorical sample
-            action = (logp + gumbel).argmax(-1)
+            # Gumbel-max trick: argmax(logp + Gumbel) = argmax(logp - log(Exponential)) is a categorical sample.
+            action = (logp - torch.empty_like(logp).exponential_().log()).argmax(-1)
             logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         return action, logprob, self.value(obs)
 
@@ -627,11 +627,11 @@ def train(args: Args) -> dict:
         stats_sum = torch.zeros(5, device=device)
         n_minibatches = 0
         for _epoch in range(args.update_epochs):
+            # Shuffle once per epoch, then cut contiguous minibatches (one gather per tensor per epoch).
             perm = torch.randperm(batch_size, device=device)
+            shuffled = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)]
             for start in range(0, batch_size, minibatch_size):
-                mb = perm[start:start + minibatch_size]
-                loss, stats = loss_fn(b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
-                                      b_returns[mb], b_values[mb])
+                loss, stats = loss_fn(*(x[start:start + minibatch_size] for x in shuffled))
                 optimizer.zero_grad(set_to_none=False)
                 if scaler is not None:
                     scaler.scale(loss).backward()

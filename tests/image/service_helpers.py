@@ -35,10 +35,10 @@ def make_keypair(directory: Path, name: str = "id_ed25519") -> tuple[Path, str]:
     return key, key.with_suffix(".pub").read_text().strip()
 
 
-def ssh_argv(port: int, key: Path | None, known_hosts: Path, command: list[str] | str, user: str = LOGIN, options: tuple[str, ...] = ()) -> list[str]:
-    """An `ssh` command line that trusts nothing on this host: only `key`, a known_hosts file in tmp."""
-    argv = ["ssh", "-p", str(port)]
-    for option in options:  # ssh keeps the first value of an option: these come first
+def client_options(key: Path | None, known_hosts: Path, options: tuple[str, ...] = ()) -> list[str]:
+    """OpenSSH client options (ssh, scp) that trust nothing on this host: only `key`, a known_hosts file in tmp."""
+    argv: list[str] = []
+    for option in options:  # OpenSSH keeps the first value of an option: these come first
         argv += ["-o", option]
     argv += [
         "-F", "/dev/null",
@@ -53,9 +53,12 @@ def ssh_argv(port: int, key: Path | None, known_hosts: Path, command: list[str] 
     ]  # fmt: skip
     if key is not None:
         argv += ["-i", str(key)]
-    argv.append(f"{user}@127.0.0.1")
-    argv += [command] if isinstance(command, str) else command
     return argv
+
+
+def ssh_argv(port: int, key: Path | None, known_hosts: Path, command: list[str] | str, user: str = LOGIN, options: tuple[str, ...] = ()) -> list[str]:
+    argv = ["ssh", "-p", str(port), *client_options(key, known_hosts, options), f"{user}@127.0.0.1"]
+    return argv + ([command] if isinstance(command, str) else command)
 
 
 def ssh(port: int, key: Path | None, known_hosts: Path, command: list[str] | str, timeout: int = 60, **kwargs) -> subprocess.CompletedProcess:

@@ -38,27 +38,41 @@ def lab_url(docker, image):
         yield f"http://127.0.0.1:{container.ports[8888]}/lab?token={token}"
 
 
-@pytest.fixture
-def profile(tmp_path):
-    return tmp_path / "chromium-profile"
-
-
-def test_the_lab_ui_renders(lab_url, profile):
+def need_chromium():
     if CHROMIUM is None:
         pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
-    result = chromium(profile, "--dump-dom", lab_url)
-    dom = result.stdout
+
+
+@pytest.fixture(scope="module")
+def dom(lab_url, tmp_path_factory):
+    """The page's DOM after its scripts ran (Chromium's --dump-dom)."""
+    need_chromium()
+    result = chromium(tmp_path_factory.mktemp("chromium") / "profile", "--dump-dom", lab_url)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert 'id="jp-main-dock-panel"' in dom or "jp-LabShell" in dom, dom[:2000]
-    assert "jp-LabShell" in dom
-    assert "Invalid credentials" not in dom and "Password or token" not in dom
+    return result.stdout
 
 
-def test_a_screenshot_is_taken(lab_url, profile, tmp_path):
-    if CHROMIUM is None:
-        pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
+def test_the_lab_shell_renders(dom):
+    assert "jp-LabShell" in dom, dom[:2000]
+
+
+def test_the_launcher_offers_the_python_kernel(dom):
+    assert "jp-LauncherCard" in dom and "Python 3" in dom, dom[:2000]
+
+
+def test_not_a_login_page(dom):
+    assert "Password or token" not in dom and 'action="/login' not in dom
+
+
+def test_no_news_prompt(dom):
+    # JupyterLab's settings in the image: no news feed, no update check (offline).
+    assert "Would you like to get notified" not in dom
+
+
+def test_a_screenshot_is_taken(lab_url, tmp_path):
+    need_chromium()
     png = tmp_path / "jupyterlab.png"
-    result = chromium(profile, f"--screenshot={png}", lab_url)
+    result = chromium(tmp_path / "profile", f"--screenshot={png}", lab_url)
     assert result.returncode == 0, result.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000, f"a near-empty screenshot: {png}"

@@ -114,6 +114,11 @@ def test_host_private_key_mode_0600(host):
     assert host.file("/workspace/.ssh-host-keys/ssh_host_ed25519_key").mode == 0o600
 
 
+def test_dedicated_host_key_dir_belongs_to_the_user(host):
+    key_dir = host.file("/var/lib/proven-torch/ssh-host-keys")
+    assert (key_dir.user, key_dir.mode) == ("user", 0o700)
+
+
 def test_no_host_keys_in_etc_ssh(host):
     assert host.check_output("find /etc/ssh -name 'ssh_host_*'") == ""
 

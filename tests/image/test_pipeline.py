@@ -278,3 +278,73 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, tmp_path):
         assert sum(int(h["Size"]) for h in project) < 10 * 1024 * 1024
     finally:
         docker.images.remove(rebuilt, force=True)
+
+
+# --- the human report, as a person sees it ----------------------------------------------
+
+
+def _chromium(*args: str, tmp_path) -> str:
+    exe = shutil.which("chromium")
+    assert exe, "Debian's chromium is needed (scripts/prepare-host.sh --test-tools installs it)"
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ]  # fmt: skip
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120).stdout
+
+
+def test_html_report_renders_checks_ppo_and_curve(run_result, tmp_path):
+    page = run_result.report_path.with_name("report.html")
+    dom = _chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path)
+    assert "pushed" in dom and "id=\"smoke\"" in dom and "id=\"ppo\"" in dom
+    assert dom.count('class="pass"') >= 5
+    assert 'src="ppo/learning_curve.png"' in dom and (page.parent / "ppo" / "learning_curve.png").stat().st_size > 10_000
+    _chromium("--screenshot=" + str(tmp_path / "report.png"), "--window-size=1200,2400", page.as_uri(), tmp_path=tmp_path)
+    assert (tmp_path / "report.png").stat().st_size > 50_000
+
+
+def test_report_index_lists_the_build(run_result, tmp_path):
+    from pipeline.html_report import write_index
+
+    index = write_index(run_result.report_path.parent.parent.parent)
+    dom = _chromium("--dump-dom", index.as_uri(), tmp_path=tmp_path)
+    assert run_result.report_path.parent.name in dom and "cu128" in dom
+
+
+def test_sbom_lists_torch_and_openssh(run_result):
+    sbom = json.loads(run_result.report_path.with_name("sbom.cdx.json").read_text())
+    purls = {c.get("purl", "") for c in sbom["components"]}
+    assert any(p.startswith("pkg:pypi/torch@") for p in purls)
+    assert any(p.startswith("pkg:deb/debian/openssh-server@") for p in purls)
+
+
+def test_audit_is_reported_not_run_without_a_database(report):
+    assert report["audit"]["status"] == "not run"
+
+
+def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
+    """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
+    from pipeline import audit as audit_mod
+    from pipeline.validate import supply_chain_checks
+
+    db = tmp_path / "osv"
+    db.mkdir()
+    version = dict(variant.packages)["tqdm"]
+    record = {
+        "id": "GHSA-test-0000-0000", "aliases": ["CVE-0000-0001"], "summary": "fixture advisory",
+        "affected": [{"package": {"ecosystem": "PyPI", "name": "tqdm"}, "versions": [version]}],
+        "database_specific": {"severity": "HIGH"},
+    }  # fmt: skip
+    (db / "GHSA-test.json").write_text(json.dumps(record))
+    target = dataclasses.replace(_target(variant, tmp_path / "run"), advisories=db)
+    (tmp_path / "run").mkdir()
+    before = set(docker.images.get(image).tags)
+    with pytest.raises(ValidationFailed, match="GHSA-test-0000-0000"):
+        validate_and_tag(docker, image, 0, target)
+    assert set(docker.images.get(image).tags) == before
+    allow = [audit_mod.Allowed(id="CVE-0000-0001", package="tqdm", reason="fixture", expires=__import__("datetime").date(2099, 1, 1))]
+    packages = [{"name": "tqdm", "version": version}]
+    assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
+    _, result, failures = supply_chain_checks(docker, image, variant, tmp_path / "run", db)
+    assert result["status"] == "fail" and failures

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 
 import pytest
 
-from tests.image.service_helpers import Jupyter, host_keys, make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
-from tests.image.tracked_container import TrackedContainer
+from tests.image.service_helpers import FAST_HEALTHCHECK, LOGIN, Jupyter, client_options, host_keys, make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
+from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
 
@@ -40,7 +41,8 @@ def box(docker, image, keys):
     """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
     vol = docker.volumes.create(labels=LABELS)
     try:
-        with TrackedContainer(docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes={vol.name: {"bind": "/workspace", "mode": "rw"}}) as container:
+        mounts = {vol.name: {"bind": "/workspace", "mode": "rw"}}
+        with TrackedContainer(docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts, healthcheck=FAST_HEALTHCHECK) as container:
             container.start(ports=(8888, 2222))
             token = wait_for_jupyter(container)
             wait_for_sshd(container)
@@ -81,9 +83,32 @@ def test_the_login_is_the_unprivileged_user(box, keys):
     assert result.stdout.split() == ["1000", "user", "/home/user"], result.stderr
 
 
+def test_scp_copies_into_workspace(box, keys, tmp_path):
+    _, port, _ = box
+    local = tmp_path / "data.csv"
+    local.write_text("a,b\n1,2\n")
+    argv = ["scp", "-P", str(port), *client_options(keys["key"], keys["known_hosts"]), str(local), f"{LOGIN}@127.0.0.1:/workspace/data.csv"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert ssh(port, keys["key"], keys["known_hosts"], "cat /workspace/data.csv").stdout == "a,b\n1,2\n"
+
+
 def test_jupyter_serves_beside_sshd(box):
     container, _, token = box
     assert Jupyter(container.ports[8888], token).get("/api/kernels").status_code == 200
+
+
+def test_healthy_with_both_services(box):
+    container, _, _ = box
+    wait_until(lambda: container.health() == "healthy", 60, "a healthy container")
+    assert "sshd accepts connections" in container.reload().attrs["State"]["Health"]["Log"][-1]["Output"]
+
+
+def test_healthcheck_probes_leave_no_lines_in_the_logs(box):
+    container, _, _ = box
+    wait_until(lambda: len(container.reload().attrs["State"]["Health"]["Log"]) >= 3, 60, "three healthcheck probes")
+    assert "kex_exchange_identification" not in container.logs()
+    assert "Connection closed by 127.0.0.1" not in container.logs()
 
 
 def test_a_password_login_is_refused(box, keys):
@@ -135,6 +160,18 @@ def test_workspace_and_host_identity_survive_a_recreated_container(docker, image
         result = ssh(port, keys["key"], known_hosts, "cat /workspace/result.txt", options=("StrictHostKeyChecking=yes", "HostKeyAlias=recreated"))
         assert result.returncode == 0, result.stderr
         assert result.stdout == "kept\n"
+
+
+def test_a_dedicated_host_key_volume_keeps_the_identity(docker, image, keys, volume):
+    key_dir = "/var/lib/proven-torch/ssh-host-keys"
+    options = {"environment": {"PUBLIC_KEY": keys["public"], "SSH_HOST_KEY_DIR": key_dir}, "volumes": {volume: {"bind": key_dir, "mode": "rw"}}}
+    identities = []
+    for _ in range(2):
+        with TrackedContainer(docker, image, command=["sshd"], **options) as container:
+            container.start(ports=(2222,))
+            identities.append(host_keys(wait_for_sshd(container)))
+            assert f"host keys in {key_dir}" in container.logs()
+    assert identities[0] == identities[1] and len(identities[0]) == 2
 
 
 def test_two_containers_have_different_host_keys(docker, image, keys, box):

@@ -103,3 +103,22 @@ def test_a_malformed_key_is_reported_with_its_line(public_key):
 def test_a_private_key_is_refused_whole(public_key):
     keys, bad = check_keys(public_key[1])
     assert keys == [] and bad == ["PUBLIC_KEY holds a PRIVATE key (give the .pub file)"]
+
+
+def test_sshd_log_filter_drops_only_the_healthcheck_probe_lines():
+    sshd_stderr = (
+        "Server listening on 0.0.0.0 port 2222.\r\n"
+        "kex_exchange_identification: Connection closed by remote host\r\n"
+        "Connection closed by 127.0.0.1 port 54038\r\n"
+        "Accepted publickey for user from 172.17.0.1 port 59456 ssh2\r\n"
+        "Connection closed by authenticating user user 172.17.0.1 port 59480 [preauth]\r\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", f'source "{START_SH}"; sed -u -e "$SSHD_LOG_FILTER"'],
+        input=sshd_stderr, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.stdout.splitlines() == [
+        "Server listening on 0.0.0.0 port 2222.",
+        "Accepted publickey for user from 172.17.0.1 port 59456 ssh2",
+        "Connection closed by authenticating user user 172.17.0.1 port 59480 [preauth]",
+    ]

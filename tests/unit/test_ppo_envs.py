@@ -103,7 +103,6 @@ def test_torch_cartpole_truncates_at_500_steps():
     env = TorchCartPole(2)
     env.reset()
     env.steps.copy_(torch.tensor([498, 10], dtype=torch.int32))
-    env.ep_return.copy_(torch.tensor([498.0, 10.0]))
     env.state.zero_()
     out = env.step(torch.tensor([0, 1]))
     assert out.truncated.tolist() == [False, False]
