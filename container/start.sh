@@ -236,8 +236,12 @@ EOF
 
 TOKEN_GENERATED=false
 setup_token() {
-    if [[ -z "${JUPYTER_TOKEN:-}" && -n "${JUPYTER_TOKEN_FILE:-}" && -r "$JUPYTER_TOKEN_FILE" ]]; then
-        JUPYTER_TOKEN="$(tr -d '[:space:]' <"$JUPYTER_TOKEN_FILE")"
+    if [[ -z "${JUPYTER_TOKEN:-}" && -n "${JUPYTER_TOKEN_FILE:-}" ]]; then
+        if [[ -r "$JUPYTER_TOKEN_FILE" && -f "$JUPYTER_TOKEN_FILE" ]]; then
+            JUPYTER_TOKEN="$(tr -d '[:space:]' <"$JUPYTER_TOKEN_FILE")"
+        else
+            log "JUPYTER_TOKEN_FILE=$JUPYTER_TOKEN_FILE cannot be read by UID $(id -u); a token is generated instead."
+        fi
     fi
     # An empty or unset token never means "no auth": make one.
     if [[ -z "${JUPYTER_TOKEN:-}" ]]; then

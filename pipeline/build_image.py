@@ -58,14 +58,14 @@ def build_args(revision: str, created: str, gpu_validated: bool) -> dict[str, st
 
 
 def build_command(
-    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None
+    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None, context: Path = REPO_ROOT
 ) -> list[str]:
     argv = [*cli.argv, "--progress=plain", "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
     for key, value in args.items():
         argv += ["--build-arg", f"{key}={value}"]
     if ca_cert is not None:
         argv += ["--secret", f"id=pip_ca,src={ca_cert}"]
-    argv.append(str(REPO_ROOT))
+    argv.append(str(context))
     return argv
 
 
@@ -104,6 +104,7 @@ def build_image(
     args: dict[str, str],
     ca_cert: Path | None,
     verbose: bool = False,
+    context: Path = REPO_ROOT,
 ) -> BuildResult:
     """Run `docker build` for the variant; return the untagged image ID."""
     if ca_cert is not None and not ca_cert.is_file():
@@ -116,7 +117,7 @@ def build_image(
     iidfile = out_dir / "image-id"
     iidfile.unlink(missing_ok=True)
     log_path = out_dir / "build.log"
-    argv = build_command(cli, variant, iidfile, args, ca_cert)
+    argv = build_command(cli, variant, iidfile, args, ca_cert, context)
     print(f"==> build {variant.name} with {cli.description} (log: {log_path})", flush=True)
     start = time.monotonic()
     tail: list[str] = []

@@ -348,3 +348,24 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
     _, result, failures = supply_chain_checks(docker, image, variant, tmp_path / "run", db)
     assert result["status"] == "fail" and failures
+
+
+def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant, tmp_path):
+    """Only the last lock layer changes, so the CUDA layers come from the cache."""
+    import re as _re
+
+    from pipeline import build_image
+    from pipeline.errors import BuildFailed
+
+    context = tmp_path / "ctx"
+    for folder in ("container", "smoke", "ppo_bench", "images/locks"):
+        shutil.copytree(REPO_ROOT / folder, context / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / ".dockerignore", context)
+    lock = context / "images" / "locks" / variant.name / "4-packages.txt"
+    text = lock.read_text()
+    block = _re.search(r"^tqdm==.*?(?=^\S)", text, _re.M | _re.S).group(0)
+    lock.write_text(text.replace(block, _re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
+    with pytest.raises(BuildFailed, match="did not match the hash in the lock file"):
+        build_image.build_image(
+            find_build_cli(), matrix, variant, tmp_path / "out", {"REVISION": "tampered"}, ca_cert(), context=context
+        )

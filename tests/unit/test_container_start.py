@@ -122,3 +122,9 @@ def test_sshd_log_filter_drops_only_the_healthcheck_probe_lines():
         "Accepted publickey for user from 172.17.0.1 port 59456 ssh2",
         "Connection closed by authenticating user user 172.17.0.1 port 59480 [preauth]",
     ]
+
+
+def test_an_unreadable_token_file_gives_a_generated_token_and_a_log_line(tmp_path):
+    result = bash('setup_token; echo "$TOKEN_GENERATED"', env={"JUPYTER_TOKEN_FILE": str(tmp_path / "missing")})
+    assert result.stdout == "true\n"
+    assert "cannot be read" in result.stderr
