@@ -50,17 +50,19 @@ def machine() -> dict:
             "kernel": platform.release(), "machine": platform.machine(), "gpu": "none used (CPU runs)"}
 
 
-def run_cleanrl(python: str, ppo: str, seed: int, workdir: Path, timeout: float) -> dict:
+def run_cleanrl(python: str, ppo: str, seed: int, workdir: Path, timeout: float, threads: int) -> dict:
     """CleanRL's ppo.py with its defaults; stopped once the target is reached."""
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-u", str(RUNNER), ppo, "--seed", str(seed)]
     recent: deque[float] = deque(maxlen=WINDOW)
-    res = {"command": cmd, "steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None,
+    res = {"command": cmd, "omp_num_threads": threads, "steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None,
            "episodes": 0, "last_reported_sps": None}
     last = (0.0, 0.0, 0)
     t_launch = time.perf_counter()
     with open(workdir / "stderr.log", "w") as err, open(workdir / "stdout.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))  # torch's default thread count
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                bufsize=1)
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -131,6 +133,8 @@ def main() -> int:
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     p.add_argument("--out", default=str(REPO / "runs" / "bench-ppo"), help="output folder")
     p.add_argument("--ours-arg", action="append", default=[], help="extra argument for ppo_bench (repeatable)")
+    p.add_argument("--cleanrl-threads", type=int, default=1,
+                   help="OMP_NUM_THREADS for CleanRL (default 1, like ppo_bench's --threads default)")
     p.add_argument("--timeout", type=float, default=400, help="seconds allowed per run")
     p.add_argument("--check", action="store_true", help="exit 1 when a median ratio is below 10")
     a = p.parse_args()
@@ -145,7 +149,8 @@ def main() -> int:
     runs, failed = [], False
     for seed in seeds:  # alternate the two programs so both see the same machine conditions
         print(f"seed {seed}: CleanRL ppo.py ...", flush=True)
-        cr = run_cleanrl(a.cleanrl_python, a.cleanrl_ppo, seed, out / f"cleanrl-seed{seed}", a.timeout)
+        cr = run_cleanrl(a.cleanrl_python, a.cleanrl_ppo, seed, out / f"cleanrl-seed{seed}", a.timeout,
+                         a.cleanrl_threads)
         print(f"  {json.dumps({k: cr.get(k) for k in ('steps_to_target', 'seconds_to_target', 'cpu_seconds_to_target', 'sps_end_to_end', 'error')})}", flush=True)
         print(f"seed {seed}: ppo_bench ...", flush=True)
         ours = run_ours(a.python, seed, out / f"ppo_bench-seed{seed}", a.ours_arg, a.timeout)
