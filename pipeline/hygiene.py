@@ -123,5 +123,5 @@ def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: int = 600
         if exit_code != 0:
             return [f"the hygiene scan itself failed (exit {exit_code}): {container.logs().decode(errors='replace')[-300:]}"]
     finally:
-        container.remove(force=True)
+        container.remove(force=True, v=True)
     return json.loads(output.splitlines()[-1]) + history_findings(client, image_id)

@@ -31,7 +31,7 @@ def read_inventory(client, image_id: str, timeout_s: int = 300) -> dict:
         if exit_code != 0:
             raise RuntimeError(f"inventory failed (exit {exit_code}): {container.logs().decode(errors='replace')[-300:]}")
     finally:
-        container.remove(force=True)
+        container.remove(force=True, v=True)
     return json.loads(out.strip().splitlines()[-1])
 
 

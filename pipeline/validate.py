@@ -105,7 +105,7 @@ def run_step(client, image_id: str, name: str, command: list[str], gpus: int, ti
     finally:
         timer.cancel()
         try:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
         except Exception:
             pass
     seconds = time.monotonic() - start
