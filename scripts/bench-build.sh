@@ -19,11 +19,13 @@ trap 'rm -rf "$work"' EXIT
 
 secret=(); [[ -f "$CA" ]] && secret=(--secret "id=pip_ca,src=$CA")
 now() { date +%s.%N; }
+step() { echo "bench-build: $*" >&2; }
 
 $DOCKER builder prune -af >/dev/null
 t0=$(now)
 $DOCKER build -q "${secret[@]}" -f Dockerfile.cu128 --iidfile "$work/iid1" . >/dev/null
 t1=$(now)
+step "cold build: $(echo "$t1 - $t0" | bc) s"
 iid1=$(cat "$work/iid1")
 size=$($DOCKER image inspect "$iid1" --format '{{.Size}}')
 
@@ -31,12 +33,14 @@ $DOCKER tag "$iid1" "$REGISTRY/proven-torch-bench:cold"
 t2=$(now)
 $DOCKER push "$REGISTRY/proven-torch-bench:cold" >/dev/null
 t3=$(now)
+step "cold push: $(echo "$t3 - $t2" | bc) s"
 compressed=$(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
     "http://$REGISTRY/v2/proven-torch-bench/manifests/cold" | $PY -c 'import json,sys; print(sum(l["size"] for l in json.load(sys.stdin)["layers"]))')
 
 # One-line change in smoke/, in a copy of the context so the checkout stays clean.
-mkdir "$work/ctx"
+mkdir -p "$work/ctx/images"
 cp -r container smoke ppo_bench .dockerignore "$work/ctx/"
+cp -r images/locks "$work/ctx/images/"
 echo "# bench $(date +%s)" >>"$work/ctx/smoke/__init__.py"
 t4=$(now)
 $DOCKER build -q "${secret[@]}" -f Dockerfile.cu128 --iidfile "$work/iid2" "$work/ctx" >/dev/null
