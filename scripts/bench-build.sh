@@ -25,7 +25,7 @@ $DOCKER builder prune -af >/dev/null
 t0=$(now)
 $DOCKER build -q "${secret[@]}" -f Dockerfile.cu128 --iidfile "$work/iid1" . >/dev/null
 t1=$(now)
-step "cold build: $(echo "$t1 - $t0" | bc) s"
+step "cold build: $(awk "BEGIN{print $t1 - $t0}") s"
 iid1=$(cat "$work/iid1")
 size=$($DOCKER image inspect "$iid1" --format '{{.Size}}')
 
@@ -33,7 +33,7 @@ $DOCKER tag "$iid1" "$REGISTRY/proven-torch-bench:cold"
 t2=$(now)
 $DOCKER push "$REGISTRY/proven-torch-bench:cold" >/dev/null
 t3=$(now)
-step "cold push: $(echo "$t3 - $t2" | bc) s"
+step "cold push: $(awk "BEGIN{print $t3 - $t2}") s"
 compressed=$(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
     "http://$REGISTRY/v2/proven-torch-bench/manifests/cold" | $PY -c 'import json,sys; print(sum(l["size"] for l in json.load(sys.stdin)["layers"]))')
 
