@@ -22,6 +22,7 @@ import time
 import gymnasium  # noqa: F401  (imported before the clock starts, like ppo_bench's imports)
 import numpy  # noqa: F401
 import torch  # noqa: F401
+import torch._dynamo  # noqa: F401  (torch.optim.Adam imports it on first use; ppo_bench imports it up front too)
 import tyro  # noqa: F401
 from torch.utils.tensorboard import SummaryWriter  # noqa: F401
 
