@@ -372,3 +372,33 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant
         build_image.build_image(
             find_build_cli(), matrix, variant, tmp_path / "out", {"REVISION": "tampered"}, ca_cert(), context=context
         )
+
+
+def test_registry_refusing_the_push_is_one_clear_error(docker, image, tmp_path):
+    """A real registry in read-only mode answers every upload with an error."""
+    from tests.image.tracked_container import free_port, wait_until
+
+    exe = shutil.which("docker-registry")
+    assert exe, "Debian's docker-registry is needed (scripts/prepare-host.sh --test-tools installs it)"
+    port = free_port()
+    config = tmp_path / "readonly.yml"
+    config.write_text(
+        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: " + str(tmp_path / "data")
+        + "\n  maintenance:\n    readonly:\n      enabled: true\nhttp:\n  addr: 127.0.0.1:" + str(port) + "\n"
+    )
+    server = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ref = f"127.0.0.1:{port}/proven-torch-test"
+    try:
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).ok, 30, "the read-only registry")
+        docker.images.get(image).tag(ref, "readonly")
+        with pytest.raises(PushFailed) as err:
+            push.push_tag(docker, image, ref, "readonly")
+        assert "refused" in str(err.value) or "cannot push" in str(err.value)
+        assert "\n" not in str(err.value)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        try:
+            docker.images.remove(f"{ref}:readonly")
+        except Exception:
+            pass
