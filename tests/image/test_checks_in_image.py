@@ -43,3 +43,32 @@ def test_gymnasium_backend_solves_cartpole_and_writes_its_outputs(docker, image,
     assert step.files["ppo/learning_curve.png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert any(name.startswith("ppo/events.out.tfevents") for name in step.files)
     assert OUT == "/tmp/validation"
+
+
+def _pip_fails(docker, image, *args, env=None) -> str:
+    """Run `pip install --no-index ARGS` in a container (no network); it must fail. Its output."""
+    container = docker.containers.run(
+        image, ["pip", "install", "--no-index", *args], network_disabled=True, environment=env or {},
+        detach=True, labels={"io.proven-torch.role": "test"},
+    )  # fmt: skip
+    try:
+        assert container.wait(timeout=120)["StatusCode"] != 0
+        return container.logs(stdout=True, stderr=True).decode(errors="replace")
+    finally:
+        container.remove(force=True, v=True)
+
+
+def test_pip_in_a_container_cannot_replace_torch(docker, image, variant):
+    """The image's pip constraint holds torch at the pin (no network needed to see it)."""
+    output = _pip_fails(docker, image, "torch==0.0.1")
+    assert f"(constraint) torch=={variant.torch}" in output
+
+
+def test_the_constraint_can_be_lifted_on_purpose(docker, image):
+    output = _pip_fails(docker, image, "torch==0.0.1", env={"PIP_CONSTRAINT": ""})
+    assert "(constraint)" not in output and "No matching distribution found for torch==0.0.1" in output
+
+
+def test_pip_has_a_writable_cache(docker, image):
+    output = _pip_fails(docker, image, "torch==0.0.1", env={"PIP_CONSTRAINT": ""})
+    assert "is not owned or is not writable" not in output
