@@ -151,6 +151,9 @@ def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
     except PipelineError as err:
         write_report(target.report_path, validation=tagged.validation, status="validated", tags=tagged.tags, pushed=pushed, error=str(err), **common)
         raise
+    sbom_file = target.run_dir / "sbom.cdx.json"
+    if sbom_file.exists():
+        tagged.validation.sbom["registry"] = push.push_sbom(target.ref, tagged.tags[0], pushed[f"{target.ref}:{tagged.tags[0]}"], sbom_file)
     compressed = push.compressed_bytes(target.ref, tagged.tags[0])
     if compressed is not None:
         tagged.validation.size["compressed_bytes"] = compressed
