@@ -154,8 +154,6 @@ def cmd_build(matrix, args) -> int:
     from pipeline.run import BuildConfig, run
 
     variant = resolve(matrix, args.cuda, args.torch)
-    if args.ca_cert is not None and not args.ca_cert.is_file():
-        raise UsageError(f"--ca-cert {args.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
     config = BuildConfig(
         matrix=matrix,
         variant=variant,

@@ -109,7 +109,7 @@ def render_page(report: dict, run_dir: Path) -> str:
     parts.append("<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>" if hygiene == [] else
                  "<ul>" + "".join(f"<li class='fail'>{_e(f)}</li>" for f in hygiene or []) + "</ul>" if hygiene else "<p>not run</p>")  # fmt: skip
     for section, key in (("SBOM", "sbom"), ("Vulnerability audit", "audit")):
-        summary = report.get(key)
+        summary = validation.get(key)
         parts.append(f"<h2>{section}</h2>" + (f"<pre>{_e(json.dumps(summary, indent=1))}</pre>" if summary else "<p>not produced</p>"))
     parts.append("</body></html>")
     return "\n".join(parts)

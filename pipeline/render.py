@@ -30,16 +30,15 @@ def _pip_run(matrix: Matrix, pip_args: str) -> str:
     )
 
 
-def pip_layers(matrix: Matrix, variant: Variant, lock_root: Path | None = None) -> str:
+def pip_layers(matrix: Matrix, variant: Variant) -> str:
     """The Dockerfile's Python package layers: from the variant's lock when it has one."""
     indexes = f"--index-url {variant.index}" + ("" if variant.uses_pypi else " --extra-index-url https://pypi.org/simple")
     secret_note = (
         "# The proxy CA, when given (build.py --ca-cert), is a BuildKit secret: it is\n"
         "# mounted for each install RUN only and never stored in a layer.\n"
     )
-    folder = lock_dir(variant, lock_root) if lock_root else lock_dir(variant)
-    if is_locked(variant, folder.parent):
-        rel = folder.relative_to(REPO_ROOT) if folder.is_relative_to(REPO_ROOT) else folder
+    if is_locked(variant):
+        rel = lock_dir(variant).relative_to(REPO_ROOT)  # COPY sources are relative to the build context
         intro = (
             f"# Python packages from the hash-locked files in {rel}/ (`python build.py lock`),\n"
             "# one layer each, largest first: pip installs exactly those files, with\n"

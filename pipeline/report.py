@@ -26,7 +26,6 @@ def write_report(
     pushed: dict[str, str] | None = None,
     error: str | None = None,
     final_image_id: str | None = None,
-    extra: dict | None = None,
 ) -> Path:
     """Write (or rewrite) the report; return its path."""
     report = {
@@ -42,34 +41,13 @@ def write_report(
         "revision": revision,
         "build_seconds": round(build_seconds, 1),
         "gpu": validation.gpu if validation else None,
-        "validation": None
-        if validation is None
-        else {
-            "ok": validation.ok,
-            "seconds": round(validation.seconds, 1),
-            "failures": list(validation.failures),
-            "smoke": validation.smoke,
-            "ppo": validation.ppo,
-            "ppo_cpu": validation.ppo_cpu,
-            "gpu_cpu_sps_ratio": _ratio(validation),
-            "hygiene": list(validation.hygiene),
-            "size": validation.size,
-        },
-        "sbom": validation.sbom if validation else None,
-        "audit": validation.audit if validation else None,
+        "validation": validation.as_dict() if validation else None,
         "tags": tags or [],
         "pushed": pushed or {},
         "host": {"machine": platform.machine(), "system": platform.platform()},
-        **(extra or {}),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     write_page(path)
     return path
 
-
-def _ratio(validation: Validation) -> float | None:
-    if not validation.ppo_cpu:
-        return None
-    gpu, cpu = validation.ppo.get("sps_end_to_end"), validation.ppo_cpu.get("sps_end_to_end")
-    return round(gpu / cpu, 2) if gpu and cpu else None

@@ -50,6 +50,13 @@ class Target:
     def report_path(self) -> Path:
         return self.run_dir / "report.json"
 
+    def write_report(self, validated_id: str, validation: Validation, **fields) -> Path:
+        """(Re)write this build's report; `fields` are write_report's per-stage ones."""
+        return write_report(
+            self.report_path, variant=self.variant, image_id=validated_id, build_seconds=self.build_seconds,
+            created=self.created, revision=self.revision, validation=validation, **fields,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Tagged:
@@ -84,7 +91,8 @@ def git_revision(root: Path = REPO_ROOT) -> str:
 
 
 def check_push_allowed(config: BuildConfig, gpus: int) -> None:
-    """Refuse before building, not after: a CPU-only validation is pushed only on request."""
+    """Refuse bad input before building, not after: a missing CA file, a CPU-only
+    validation pushed without being asked to, --registry without --push."""
     if config.push and gpus == 0 and not config.allow_cpu_validation:
         raise UsageError(
             "--push refused: this host has no GPU, so the image can only be validated on the CPU; "
@@ -92,36 +100,21 @@ def check_push_allowed(config: BuildConfig, gpus: int) -> None:
         )
     if config.registry is not None and not config.push:
         raise UsageError("--registry is only used with --push; add --push or drop --registry")
-
-
-def _validation_record(validation: Validation) -> bytes:
-    record = {
-        "ok": validation.ok,
-        "gpu": validation.gpu,
-        "failures": list(validation.failures),
-        "smoke": validation.smoke,
-        "ppo": validation.ppo,
-        "ppo_cpu": validation.ppo_cpu,
-        "hygiene": list(validation.hygiene),
-        "size": validation.size,
-        "sbom": validation.sbom,
-        "audit": validation.audit,
-    }
-    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    if config.ca_cert is not None and not config.ca_cert.is_file():
+        raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
 
 
 def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
     """Validate the untagged image; stamp and tag it only when every check passed."""
     variant = target.variant
-    common = dict(variant=variant, image_id=image_id, build_seconds=target.build_seconds, created=target.created, revision=target.revision)
     validation = validate.validate_image(client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories)
     try:
         validate.require_valid(validation, target.report_path)
         immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
     except ValidationFailed as err:
-        write_report(target.report_path, validation=validation, status="failed", error=str(err), **common)
+        target.write_report(image_id, validation, status="failed", error=str(err))
         raise
-    record = _validation_record(validation)
+    record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
     (target.run_dir / "validation.json").write_bytes(record)
     all_tags = [immutable, *moving]
     final_id = labels.stamp(
@@ -133,23 +126,20 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
             f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
         },
     )
-    write_report(target.report_path, validation=validation, status="validated", tags=all_tags, final_image_id=final_id, **common)
+    target.write_report(image_id, validation, status="validated", tags=all_tags, final_image_id=final_id)
     refs = push.tag_image(client, final_id, target.ref, all_tags)
     print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
     return Tagged(validated_id=image_id, image_id=final_id, tags=all_tags, validation=validation)
 
 
 def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
-    common = dict(
-        variant=target.variant, image_id=tagged.validated_id, build_seconds=target.build_seconds,
-        created=target.created, revision=target.revision, final_image_id=tagged.image_id,
-    )  # fmt: skip
+    common = dict(tags=tagged.tags, final_image_id=tagged.image_id)
     pushed: dict[str, str] = {}
     try:
         for tag in tagged.tags:
             pushed[f"{target.ref}:{tag}"] = push.push_tag(client, tagged.image_id, target.ref, tag)
     except PipelineError as err:
-        write_report(target.report_path, validation=tagged.validation, status="validated", tags=tagged.tags, pushed=pushed, error=str(err), **common)
+        target.write_report(tagged.validated_id, tagged.validation, status="validated", pushed=pushed, error=str(err), **common)
         raise
     sbom_file = target.run_dir / "sbom.cdx.json"
     if sbom_file.exists():
@@ -158,7 +148,7 @@ def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
     if compressed is not None:
         tagged.validation.size["compressed_bytes"] = compressed
         print(f"==> compressed size in the registry: {compressed / 1e9:.2f} GB", flush=True)
-    write_report(target.report_path, validation=tagged.validation, status="pushed", tags=tagged.tags, pushed=pushed, **common)
+    target.write_report(tagged.validated_id, tagged.validation, status="pushed", pushed=pushed, **common)
     return pushed
 
 

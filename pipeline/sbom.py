@@ -67,8 +67,8 @@ def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str)
     return JsonV1Dot6(bom).output_as_string(indent=2)
 
 
-def write_sbom(client, image_id: str, image_name: str, base_suite: str, out_dir: Path) -> tuple[Path, dict]:
-    """Write sbom.cdx.json next to the report; return its path and a summary."""
+def write_sbom(client, image_id: str, image_name: str, base_suite: str, out_dir: Path) -> tuple[dict, dict]:
+    """Write sbom.cdx.json next to the report; return the inventory it was made from and a summary."""
     inventory = read_inventory(client, image_id)
     path = out_dir / "sbom.cdx.json"
     path.write_text(build_sbom(inventory, image_name, image_id, base_suite))
@@ -79,4 +79,4 @@ def write_sbom(client, image_id: str, image_name: str, base_suite: str, out_dir:
         "debian_packages": len(inventory["debian"]),
     }
     print(f"==> SBOM: {summary['python_packages']} Python and {summary['debian_packages']} Debian packages -> {path}", flush=True)
-    return path, summary
+    return inventory, summary

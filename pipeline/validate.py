@@ -46,6 +46,29 @@ class Validation:
     seconds: float
     failures: tuple[str, ...]
 
+    def as_dict(self) -> dict:
+        """What the report and validation.json record of this validation."""
+        return {
+            "ok": self.ok,
+            "gpu": self.gpu,
+            "seconds": round(self.seconds, 1),
+            "failures": list(self.failures),
+            "smoke": self.smoke,
+            "ppo": self.ppo,
+            "ppo_cpu": self.ppo_cpu,
+            "gpu_cpu_sps_ratio": self.gpu_cpu_sps_ratio(),
+            "hygiene": list(self.hygiene),
+            "size": self.size,
+            "sbom": self.sbom,
+            "audit": self.audit,
+        }
+
+    def gpu_cpu_sps_ratio(self) -> float | None:
+        if not self.ppo_cpu:
+            return None
+        gpu, cpu = self.ppo.get("sps_end_to_end"), self.ppo_cpu.get("sps_end_to_end")
+        return round(gpu / cpu, 2) if gpu and cpu else None
+
 
 def _device_requests(gpus: int):
     if gpus <= 0:
@@ -182,12 +205,11 @@ def hygiene_checks(client, image_id: str, ca_cert: Path | None) -> tuple[tuple[s
 
 def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, advisories: Path | None):
     """SBOM of the image, then the vulnerability audit of its Python packages."""
-    _, sbom_summary = sbom.write_sbom(client, image_id, f"proven-torch {variant.name}", "bookworm", out_dir)
+    inventory, sbom_summary = sbom.write_sbom(client, image_id, f"proven-torch {variant.name}", variant.base_suite, out_dir)
     if advisories is None:
         result = audit.not_run("no advisory database given (build.py --advisories DIR with OSV records for PyPI)")
     else:
-        packages = sbom.read_inventory(client, image_id)["python"]
-        result = audit.audit(packages, audit.load_records(advisories), audit.load_allowlist())
+        result = audit.audit(inventory["python"], audit.load_records(advisories), audit.load_allowlist())
         result["database"] = str(advisories)
     print(
         f"==> audit: {result['status']}"

@@ -71,6 +71,7 @@ class Variant:
     # copied from [project] / [packages] so a Variant is self-contained
     python: str
     base_image: str
+    base_suite: str
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
     is_default: bool
@@ -178,6 +179,7 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 note=str(table.get("note", "")),
                 python=project["python"],
                 base_image=project["base_image"],
+                base_suite=project["base_suite"],
                 packages=packages,
                 ppo_gate=gate,
                 is_default=fields["cuda"] == project["default_cuda"],

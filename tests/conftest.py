@@ -8,28 +8,18 @@ a CI run can never turn the image group into silent skips.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
+
+from pipeline.docker_env import host_gpu_count
 
 
 def docker_required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get("REQUIRE_DOCKER") == "1"
 
 
-def host_has_gpu() -> bool:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return False
-    try:
-        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def pytest_collection_modifyitems(config, items):
-    has_gpu = host_has_gpu()
+    has_gpu = host_gpu_count() > 0
     for item in items:
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this host (gpu tests run on the GPU runner)"))

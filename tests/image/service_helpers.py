@@ -122,6 +122,14 @@ class Jupyter:
     def shutdown_kernel(self, kernel_id: str) -> None:
         self.request("DELETE", f"/api/kernels/{kernel_id}")
 
+    def run_in_new_kernel(self, code: str) -> dict:
+        """Start a kernel, execute `code` in it, shut it down; the execution's outcome."""
+        kernel = self.start_kernel()
+        try:
+            return self.execute(kernel, code)
+        finally:
+            self.shutdown_kernel(kernel)
+
     def execute(self, kernel_id: str, code: str, timeout: float = 120) -> dict:
         """Run `code` in the kernel over /api/kernels/<id>/channels.
 

@@ -57,11 +57,11 @@ def test_pushed_image_has_exactly_the_validated_layers(docker, run_result):
     assert docker.images.get(run_result.image_id).attrs["RootFS"]["Layers"] == validated
 
 
-def test_report_holds_smoke_checks_and_ppo_result(report):
+def test_report_holds_smoke_checks_and_ppo_result(report, variant):
     checks = report["validation"]["smoke"]["checks"]
     assert checks and all(c["status"] in ("pass", "skip") for c in checks)
     assert report["validation"]["ppo"]["solved"] is True
-    assert report["validation"]["ppo"]["final_mean_return"] >= 475
+    assert report["validation"]["ppo"]["final_mean_return"] >= variant.ppo_gate.target_return
 
 
 def test_tags_name_torch_cuda_python_and_revision(run_result, variant):
@@ -227,7 +227,7 @@ def test_variant_behind_pytorch_index_fails_with_network_message(docker, matrix,
     if result.returncode == 0:
         pytest.fail("cu118 built: this host reaches PyTorch's index, so this test cannot show the network failure")
     assert result.returncode == 4, result.stderr
-    assert "torch 2.7.1 is the newest" in result.stdout or "2.7.1" in result.stdout  # says which torch it builds
+    assert resolve(matrix, "11.8").note in result.stdout  # says which torch it builds, and why
     last = result.stderr.strip().splitlines()
     assert len(last) == 1 and last[0].startswith("build.py: network error") and "download.pytorch.org" in last[0]
 
@@ -326,7 +326,7 @@ def test_sbom_lists_torch_and_openssh(run_result):
 
 
 def test_audit_is_reported_not_run_without_a_database(report):
-    assert report["audit"]["status"] == "not run"
+    assert report["validation"]["audit"]["status"] == "not run"
 
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
@@ -406,7 +406,7 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, tmp_path):
 
 def test_sbom_is_pushed_with_the_image(run_result, report):
     """An OCI artifact whose subject is the pushed image, holding the very SBOM file of the report."""
-    sbom = report["sbom"]["registry"]
+    sbom = report["validation"]["sbom"]["registry"]
     assert sbom["pushed"] is True, sbom
     repo_ref, tag = sbom["ref"].rsplit(":", 1)
     repo = repo_ref.split("/", 1)[1]

@@ -46,9 +46,10 @@ def test_each_variant_has_a_top_level_dockerfile(matrix, name):
 
 
 def test_rendered_dockerfile_pins_the_variant(matrix):
-    text = render(matrix, resolve(matrix, "11.8"))
-    assert '"torch==2.7.1"' in text and '"torchvision==0.22.1"' in text
-    assert "--index-url https://download.pytorch.org/whl/cu118" in text
+    cu118 = resolve(matrix, "11.8")
+    text = render(matrix, cu118)
+    assert f'"torch=={cu118.torch}"' in text and f'"torchvision=={cu118.torchvision}"' in text
+    assert f"--index-url {cu118.index}" in text
     assert "{{" not in text
 
 
@@ -103,29 +104,30 @@ def test_no_version_pin_outside_the_matrix():
 # --- tags --------------------------------------------------------------------
 
 
-def _smoke(torch="2.9.1", cuda="12.8", python="3.11.2"):
-    return {"facts": {"torch_release": torch, "torch": f"{torch}+cu128", "cuda": cuda, "python": python}}
+def _smoke(variant, **facts):
+    base = {"torch_release": variant.torch, "torch": f"{variant.torch}+{variant.name}", "cuda": variant.cuda, "python": variant.python + ".2"}
+    return {"facts": {**base, **facts}}
 
 
 def test_tags_come_from_the_image(cu128):
-    immutable, moving = compute_tags(cu128, _smoke(), "20261203", "abc1234")
-    assert immutable == "2.9.1-cu128-py3.11-20261203-abc1234"
-    assert moving == ["2.9-cu128", "latest"]
+    immutable, moving = compute_tags(cu128, _smoke(cu128), "20261203", "abc1234")
+    assert immutable == f"{cu128.torch}-cu128-py{cu128.python}-20261203-abc1234"
+    assert moving == [f"{cu128.torch_minor}-cu128", "latest"]
 
 
 def test_only_the_default_variant_moves_latest(matrix):
     cu126 = resolve(matrix, "12.6")
-    _, moving = compute_tags(cu126, _smoke(cuda="12.6"), "20261203", "abc1234")
-    assert moving == ["2.9-cu126"]
+    _, moving = compute_tags(cu126, _smoke(cu126), "20261203", "abc1234")
+    assert moving == [f"{cu126.torch_minor}-cu126"]
 
 
 @pytest.mark.parametrize(
     ("facts", "what"),
-    [({"torch": "2.9.0"}, "torch 2.9.0"), ({"cuda": "12.6"}, "CUDA 12.6"), ({"python": "3.12.1"}, "Python 3.12"), ({"cuda": None}, "CUDA unknown")],
+    [({"torch_release": "0.0.1"}, "torch 0.0.1"), ({"cuda": "12.6"}, "CUDA 12.6"), ({"python": "3.99.1"}, "Python 3.99"), ({"cuda": None}, "CUDA unknown")],
 )
 def test_tag_refused_when_image_differs_from_pins(cu128, facts, what):
     with pytest.raises(ValidationFailed, match=re.escape(what)):
-        compute_tags(cu128, _smoke(**facts), "20261203", "abc1234")
+        compute_tags(cu128, _smoke(cu128, **facts), "20261203", "abc1234")
 
 
 def test_image_ref():
