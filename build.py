@@ -6,6 +6,7 @@
                                                      or --allow-cpu-validation)
     python build.py list                             the variant matrix
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
+    python build.py advisories --from DIR            refresh the audit's advisory snapshot
 
 Nothing is tagged before validation passed; nothing is pushed that was not
 validated; what is pushed is the very image that was tested.
@@ -41,12 +42,13 @@ def make_parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="build",
-        choices=["build", "list", "render", "lock", "report"],
+        choices=["build", "list", "render", "lock", "report", "advisories"],
         help="build (default): build, validate, tag and optionally push; list: show the variant matrix; "
         "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs); "
         "lock: resolve the variant's hash-locked requirements with uv into images/locks/ (with --check: "
         "fail if a lock is stale against the matrix, offline); report: rebuild the HTML pages and "
-        "reports/index.html from every report.json under --report-dir",
+        "reports/index.html from every report.json under --report-dir; advisories: rewrite the audit's "
+        "advisory snapshot in images/advisories/ from --from DIR",
     )
     parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
     parser.add_argument(
@@ -78,9 +80,22 @@ def make_parser() -> argparse.ArgumentParser:
         type=Path,
         default=os.environ.get("ADVISORY_DB") or None,
         metavar="DIR|ZIP",
-        help="OSV advisory records for PyPI (a folder or osv.dev's PyPI/all.zip) to audit the image's Python "
-        "packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
-        "(default: $ADVISORY_DB; without it the audit is reported as not run)",
+        help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the "
+        "image's Python packages offline; high/critical findings fail validation unless in "
+        "images/audit-allowlist.toml (default: $ADVISORY_DB, else the committed snapshot in images/advisories/)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        metavar="DIR",
+        help="with advisories: a folder of OSV records (.yaml/.json), e.g. a git checkout of pypa/advisory-database",
+    )
+    parser.add_argument("--as-of", metavar="YYYY-MM-DD", help="with advisories: the records' date (default: the checkout's last commit)")
+    parser.add_argument(
+        "--source",
+        default="https://github.com/pypa/advisory-database",
+        help="with advisories: where the records came from, written into the snapshot (default: %(default)s)",
     )
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
@@ -150,6 +165,18 @@ def cmd_lock(matrix, cuda: str | None, check: bool) -> int:
     return 0
 
 
+def cmd_advisories(from_dir: Path | None, source: str, as_of: str | None) -> int:
+    from pipeline.advisories import load_snapshot, write_snapshot
+
+    if from_dir is None:
+        raise UsageError("advisories needs --from DIR, a folder of OSV records such as a checkout of pypa/advisory-database")
+    for path in write_snapshot(from_dir, source, as_of):
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    database = load_snapshot()
+    print(f"{len(database.records)} records from {database.source}, as of {database.as_of}")
+    return 0
+
+
 def cmd_build(matrix, args) -> int:
     from pipeline.run import BuildConfig, run
 
@@ -184,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "lock":
             return cmd_lock(matrix, args.cuda, args.check)
+        if args.command == "advisories":
+            return cmd_advisories(args.from_dir, args.source, args.as_of)
         if args.command == "render":
             return cmd_render(matrix, args.check)
         return cmd_build(matrix, args)

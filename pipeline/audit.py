@@ -1,21 +1,20 @@
 """Vulnerability audit of the image's Python packages against OSV advisories, offline.
 
-The advisory database is a folder (or zip) of OSV records for PyPI, the format
-OSV publishes for download (osv.dev: `PyPI/all.zip`) and that GitHub's advisory
-database uses. Matching uses the records' version ranges and lists, with PEP 440
-ordering from `packaging`. High and critical findings fail validation unless the
-allowlist (images/audit-allowlist.toml) names them with a reason and an expiry
-date that has not passed. No database given: the audit says "not run", never
-"pass".
+The records come from pipeline/advisories.py (the committed snapshot or
+`--advisories`). Matching uses the records' version ranges and lists, with PEP
+440 ordering from `packaging`. Severity is the database's own level, else the
+CVSS v3 base rating computed from the record's vector, else UNKNOWN. High and
+critical findings fail validation unless the allowlist
+(images/audit-allowlist.toml) names them with a reason and an expiry date that
+has not passed. A finding whose severity no record states (UNKNOWN) fails too:
+nothing says it is below HIGH. MEDIUM and LOW are reported and do not fail.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import tomllib
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from pipeline.errors import UsageError
 from pipeline.variants import REPO_ROOT
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
-FAILING = {"HIGH", "CRITICAL"}
+FAILING = {"HIGH", "CRITICAL", "UNKNOWN"}  # UNKNOWN: no record says it is below HIGH
 
 
 @dataclass(frozen=True)
@@ -38,25 +37,6 @@ class Allowed:
 
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def load_records(source: Path) -> list[dict]:
-    """Every OSV record in a folder of .json files or a zip of them."""
-    if not source.exists():
-        raise UsageError(f"--advisories {source}: no such folder or zip; pass OSV records for PyPI (osv.dev PyPI/all.zip)")
-    texts: list[bytes] = []
-    if source.is_file() and zipfile.is_zipfile(source):
-        with zipfile.ZipFile(source) as zf:
-            texts = [zf.read(n) for n in zf.namelist() if n.endswith(".json")]
-    else:
-        texts = [p.read_bytes() for p in sorted(source.rglob("*.json"))]
-    records = []
-    for text in texts:
-        try:
-            records.append(json.loads(text))
-        except ValueError:
-            continue
-    return records
 
 
 def load_allowlist(path: Path = ALLOWLIST_PATH) -> list[Allowed]:
@@ -95,11 +75,56 @@ def _event_key(event: dict) -> Version:
         return Version("0")
 
 
+# CVSS v3.x base metrics (FIRST, CVSS v3.1 specification, section 7.4).
+_CVSS3 = {
+    "AV": {"N": 0.85, "A": 0.62, "L": 0.55, "P": 0.2},
+    "AC": {"L": 0.77, "H": 0.44},
+    "UI": {"N": 0.85, "R": 0.62},
+    "C": {"H": 0.56, "L": 0.22, "N": 0.0},
+}
+_PR = {"U": {"N": 0.85, "L": 0.62, "H": 0.27}, "C": {"N": 0.85, "L": 0.68, "H": 0.5}}
+
+
+def _roundup(value: float) -> float:
+    """CVSS v3.1 Roundup: the smallest one-decimal number >= value, free of float noise."""
+    scaled = round(value * 100_000)
+    return scaled / 100_000 if scaled % 10_000 == 0 else (scaled // 10_000 + 1) / 10
+
+
+def cvss3_base_score(vector: str) -> float:
+    """Base score of a CVSS:3.0 or CVSS:3.1 vector such as CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H."""
+    parts = vector.split("/")
+    if not parts[0].startswith("CVSS:3"):
+        raise ValueError(f"not a CVSS v3 vector: {vector}")
+    m = dict(p.split(":", 1) for p in parts[1:])
+    scope = m["S"]
+    iss = 1 - (1 - _CVSS3["C"][m["C"]]) * (1 - _CVSS3["C"][m["I"]]) * (1 - _CVSS3["C"][m["A"]])
+    impact = 6.42 * iss if scope == "U" else 7.52 * (iss - 0.029) - 3.25 * (iss - 0.02) ** 15
+    exploitability = 8.22 * _CVSS3["AV"][m["AV"]] * _CVSS3["AC"][m["AC"]] * _PR[scope][m["PR"]] * _CVSS3["UI"][m["UI"]]
+    if impact <= 0:
+        return 0.0
+    total = impact + exploitability if scope == "U" else 1.08 * (impact + exploitability)
+    return _roundup(min(total, 10.0))
+
+
+def rating(score: float) -> str:
+    if score == 0:
+        return "NONE"
+    return "LOW" if score < 4 else "MEDIUM" if score < 7 else "HIGH" if score < 9 else "CRITICAL"
+
+
 def severity(record: dict) -> str:
+    """The database's own level (GHSA's database_specific.severity), else the CVSS v3 base rating, else UNKNOWN."""
     level = str((record.get("database_specific") or {}).get("severity") or "").upper()
-    if level == "MODERATE":
-        return "MEDIUM"
-    return level or "UNKNOWN"
+    if level:
+        return "MEDIUM" if level == "MODERATE" else level
+    for entry in record.get("severity") or []:
+        if entry.get("type") == "CVSS_V3":
+            try:
+                return rating(cvss3_base_score(entry.get("score", "")))
+            except (KeyError, ValueError):
+                continue
+    return "UNKNOWN"
 
 
 def matches(record: dict, name: str, version: str) -> bool:
@@ -123,23 +148,47 @@ def matches(record: dict, name: str, version: str) -> bool:
     return False
 
 
+_RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
+
+
+def _group(records: list[dict]) -> list[list[dict]]:
+    """Records that name each other by ID or alias (PYSEC-x, GHSA-y, CVE-z) describe one vulnerability."""
+    groups: list[tuple[set[str], list[dict]]] = []
+    for record in records:
+        ids = {record.get("id", ""), *record.get("aliases", [])} - {""}
+        joined = [g for g in groups if g[0] & ids]
+        merged = (ids.union(*(g[0] for g in joined)), [r for g in joined for r in g[1]] + [record])
+        groups = [g for g in groups if g not in joined] + [merged]
+    return [g[1] for g in groups]
+
+
+def _finding(group: list[dict], pkg: dict) -> dict:
+    known = [level for level in map(severity, group) if level in _RANK]
+    ids = sorted({i for r in group for i in (r.get("id", ""), *r.get("aliases", [])) if i} - {group[0].get("id")})
+    return {
+        "id": group[0].get("id"),
+        "aliases": ids,
+        "package": pkg["name"],
+        "version": pkg["version"],
+        "severity": max(known, key=_RANK.index) if known else "UNKNOWN",
+        "summary": next((text for r in group if (text := r.get("summary") or r.get("details"))), "").strip()[:200],
+    }
+
+
 def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> dict:
-    """Findings for `packages` ([{name, version}]); status "pass" or "fail"."""
+    """Findings for `packages` ([{name, version}]); status "pass" or "fail".
+
+    Records that alias each other make one finding, with the highest severity any
+    of them states. Withdrawn records are ignored. A finding fails unless its
+    severity is known to be below HIGH (UNKNOWN fails) or the allowlist names it.
+    """
     today = today or dt.date.today()
+    live = [r for r in records if not r.get("withdrawn")]
     findings, allowed, expired = [], [], []
     for pkg in packages:
-        for record in records:
-            if not matches(record, pkg["name"], pkg["version"]):
-                continue
-            ids = {record.get("id", ""), *record.get("aliases", [])}
-            finding = {
-                "id": record.get("id"),
-                "aliases": record.get("aliases", []),
-                "package": pkg["name"],
-                "version": pkg["version"],
-                "severity": severity(record),
-                "summary": (record.get("summary") or "")[:200],
-            }
+        for group in _group([r for r in live if matches(r, pkg["name"], pkg["version"])]):
+            finding = _finding(group, pkg)
+            ids = {finding["id"], *finding["aliases"]}
             entry = next((a for a in allowlist if a.id in ids and a.package == _norm(pkg["name"])), None)
             if entry and entry.expires >= today:
                 allowed.append({**finding, "reason": entry.reason, "expires": entry.expires.isoformat()})
@@ -157,7 +206,3 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
         "allowed": allowed,
         "expired_allowlist": expired,
     }
-
-
-def not_run(reason: str) -> dict:
-    return {"status": "not run", "reason": reason, "findings": [], "failing": []}

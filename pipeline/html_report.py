@@ -40,6 +40,34 @@ def _status(status: str) -> str:
     return f'<span class="{css}">{_e(status)}</span>'
 
 
+def _audit_section(audit: dict | None) -> str:
+    if not audit:
+        return "<p>not run</p>"
+    age = audit.get("age_days")
+    as_of = f"{_e(audit.get('as_of') or 'unknown date')}" + (f" ({age} days old)" if age is not None else "")
+    if audit.get("stale"):
+        as_of += " <span class='skip'>stale: audit again with fresh advisories</span>"
+    table = "<table id='audit'>" + _rows([
+        ("result", _status(audit.get("status", "?"))),
+        ("advisory database", f"<code>{_e(audit.get('database'))}</code>, {_e(audit.get('records'))} records"),
+        ("as of", as_of),
+        ("Python packages checked", _e(audit.get("packages"))),
+    ]) + "</table>"  # fmt: skip
+    rows = [(f, "") for f in audit.get("findings", [])] + [(f, f"allowed until {f['expires']}: {f['reason']}") for f in audit.get("allowed", [])]
+    if not rows:
+        return table + "<p class='pass'>no known advisory matches a package in the image</p>"
+    return (
+        table
+        + "<table id='findings'><tr><th>advisory</th><th>package</th><th>severity</th><th>summary</th></tr>"
+        + "".join(
+            f"<tr><td><code>{_e(f['id'])}</code><br>{_e(', '.join(f.get('aliases', [])[:3]))}</td><td>{_e(f['package'])} {_e(f['version'])}</td>"
+            f"<td>{_e(f['severity'])}</td><td>{_e(f.get('summary'))} {_e(note)}</td></tr>"
+            for f, note in rows
+        )
+        + "</table>"
+    )
+
+
 def render_page(report: dict, run_dir: Path) -> str:
     validation = report.get("validation") or {}
     smoke = validation.get("smoke") or {}
@@ -108,9 +136,9 @@ def render_page(report: dict, run_dir: Path) -> str:
     parts.append("<h2>Hygiene scan</h2>")
     parts.append("<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>" if hygiene == [] else
                  "<ul>" + "".join(f"<li class='fail'>{_e(f)}</li>" for f in hygiene or []) + "</ul>" if hygiene else "<p>not run</p>")  # fmt: skip
-    for section, key in (("SBOM", "sbom"), ("Vulnerability audit", "audit")):
-        summary = validation.get(key)
-        parts.append(f"<h2>{section}</h2>" + (f"<pre>{_e(json.dumps(summary, indent=1))}</pre>" if summary else "<p>not produced</p>"))
+    sbom = validation.get("sbom")
+    parts.append("<h2>SBOM</h2>" + (f"<pre>{_e(json.dumps(sbom, indent=1))}</pre>" if sbom else "<p>not produced</p>"))
+    parts.append("<h2>Vulnerability audit</h2>" + _audit_section(validation.get("audit")))
     parts.append("</body></html>")
     return "\n".join(parts)
 

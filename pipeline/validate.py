@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline import advisories as advisory_db
 from pipeline import audit, hygiene, labels, sbom, size
 from pipeline.errors import Interrupted, ValidationFailed
 from pipeline.variants import Variant
@@ -206,16 +207,20 @@ def hygiene_checks(client, image_id: str, ca_cert: Path | None) -> tuple[tuple[s
 def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, advisories: Path | None):
     """SBOM of the image, then the vulnerability audit of its Python packages."""
     inventory, sbom_summary = sbom.write_sbom(client, image_id, f"proven-torch {variant.name}", variant.base_suite, out_dir)
-    if advisories is None:
-        result = audit.not_run("no advisory database given (build.py --advisories DIR with OSV records for PyPI)")
-    else:
-        result = audit.audit(inventory["python"], audit.load_records(advisories), audit.load_allowlist())
-        result["database"] = str(advisories)
+    database = advisory_db.load(advisories) if advisories else advisory_db.load_snapshot()
+    result = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
     print(
-        f"==> audit: {result['status']}"
-        + (f" ({len(result['findings'])} finding(s), {len(result.get('allowed', []))} allowed)" if result["status"] != "not run" else f": {result['reason']}"),
+        f"==> audit: {result['status']} ({len(result['findings'])} finding(s), {len(result['allowed'])} allowed) "
+        f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}",
         flush=True,
     )
+    if result["stale"]:
+        print(
+            f"  │ warning: advisory data is {result['age_days'] if result['age_days'] is not None else 'of unknown'} days old; "
+            "pass --advisories with fresh OSV records (osv.dev PyPI/all.zip) or refresh the snapshot "
+            "(python build.py advisories --from DIR)",
+            flush=True,
+        )
     failures = [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
     return sbom_summary, result, failures
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import zipfile
 
 import pytest
 
-from pipeline.audit import Allowed, audit, load_allowlist, load_records, matches
+from pipeline.audit import Allowed, audit, cvss3_base_score, load_allowlist, matches, severity
 from pipeline.errors import UsageError
 from pipeline.sbom import build_sbom
 
@@ -67,15 +66,46 @@ def test_allowlisted_by_alias_until_it_expires():
     assert late["status"] == "fail" and late["expired_allowlist"][0]["id"] == "CVE-GHSA-1"
 
 
-def test_records_load_from_folder_and_zip(tmp_path):
-    (tmp_path / "db").mkdir()
-    (tmp_path / "db" / "a.json").write_text(json.dumps(_record("X", "tqdm", versions=["1"])))
-    with zipfile.ZipFile(tmp_path / "all.zip", "w") as zf:
-        zf.writestr("b.json", json.dumps(_record("Y", "tqdm", versions=["1"])))
-    assert [r["id"] for r in load_records(tmp_path / "db")] == ["X"]
-    assert [r["id"] for r in load_records(tmp_path / "all.zip")] == ["Y"]
-    with pytest.raises(UsageError):
-        load_records(tmp_path / "missing")
+@pytest.mark.parametrize(
+    ("vector", "score"),
+    [
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", 9.8),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:C/C:L/I:L/A:N", 6.1),
+        ("CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H", 7.8),
+        ("CVSS:3.0/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:H", 7.5),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:C/C:H/I:H/A:H", 10.0),
+        ("CVSS:3.1/AV:N/AC:L/PR:L/UI:N/S:C/C:L/I:L/A:N", 6.4),
+        ("CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:H/I:N/A:N", 5.9),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:N", 0.0),
+    ],
+)
+def test_cvss3_base_scores_match_published_scores(vector, score):
+    assert cvss3_base_score(vector) == score
+
+
+def test_severity_prefers_the_database_level_then_cvss_then_unknown():
+    vector = [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"}]
+    assert severity({"database_specific": {"severity": "MODERATE"}, "severity": vector}) == "MEDIUM"
+    assert severity({"severity": vector}) == "CRITICAL"
+    assert severity({"severity": [{"type": "CVSS_V4", "score": "CVSS:4.0/AV:N"}]}) == "UNKNOWN"
+    assert severity({}) == "UNKNOWN"
+
+
+def test_unknown_severity_fails_but_an_alias_with_a_known_level_decides():
+    pysec = _record("PYSEC-1", "tqdm", versions=["4.70.1"], level="")
+    pysec["aliases"] = ["GHSA-1"]
+    assert audit(PKGS, [pysec], [])["status"] == "fail"
+    ghsa = _record("GHSA-1", "tqdm", versions=["4.70.1"], level="LOW")
+    result = audit(PKGS, [pysec, ghsa], [])
+    assert result["status"] == "pass"
+    assert [(f["id"], f["severity"]) for f in result["findings"]] == [("PYSEC-1", "LOW")]
+    assert "GHSA-1" in result["findings"][0]["aliases"]
+
+
+def test_withdrawn_records_are_ignored():
+    rec = _record("W", "tqdm", versions=["4.70.1"])
+    rec["withdrawn"] = "2024-01-01T00:00:00Z"
+    assert audit(PKGS, [rec], [])["findings"] == []
 
 
 def test_allowlist_needs_reason_and_expiry(tmp_path):
