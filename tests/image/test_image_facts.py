@@ -175,3 +175,9 @@ def test_sshd_listens_on_2222(host):
 
 def test_nothing_else_listens(host):
     assert {s.split(":")[-1] for s in host.socket.get_listening_sockets() if s.startswith("tcp")} == {"8888", "2222"}
+
+
+@pytest.mark.parametrize("package", ["pip", "jupyterlab", "gymnasium", "tqdm"])
+def test_package_is_the_pinned_version(host, variant, package):
+    """pip included: the venv's seed pip (23.0.1 on bookworm) is replaced by the lock's."""
+    assert host.pip.get_packages(pip_path="/opt/venv/bin/pip")[package]["version"] == dict(variant.packages)[package]
