@@ -80,7 +80,7 @@ _CVSS3 = {
     "AV": {"N": 0.85, "A": 0.62, "L": 0.55, "P": 0.2},
     "AC": {"L": 0.77, "H": 0.44},
     "UI": {"N": 0.85, "R": 0.62},
-    "C": {"H": 0.56, "L": 0.22, "N": 0.0},
+    "CIA": {"H": 0.56, "L": 0.22, "N": 0.0},  # Confidentiality, Integrity and Availability share one scale
 }
 _PR = {"U": {"N": 0.85, "L": 0.62, "H": 0.27}, "C": {"N": 0.85, "L": 0.68, "H": 0.5}}
 
@@ -98,7 +98,7 @@ def cvss3_base_score(vector: str) -> float:
         raise ValueError(f"not a CVSS v3 vector: {vector}")
     m = dict(p.split(":", 1) for p in parts[1:])
     scope = m["S"]
-    iss = 1 - (1 - _CVSS3["C"][m["C"]]) * (1 - _CVSS3["C"][m["I"]]) * (1 - _CVSS3["C"][m["A"]])
+    iss = 1 - (1 - _CVSS3["CIA"][m["C"]]) * (1 - _CVSS3["CIA"][m["I"]]) * (1 - _CVSS3["CIA"][m["A"]])
     impact = 6.42 * iss if scope == "U" else 7.52 * (iss - 0.029) - 3.25 * (iss - 0.02) ** 15
     exploitability = 8.22 * _CVSS3["AV"][m["AV"]] * _CVSS3["AC"][m["AC"]] * _PR[scope][m["PR"]] * _CVSS3["UI"][m["UI"]]
     if impact <= 0:
@@ -157,8 +157,8 @@ def _group(records: list[dict]) -> list[list[dict]]:
     for record in records:
         ids = {record.get("id", ""), *record.get("aliases", [])} - {""}
         joined = [g for g in groups if g[0] & ids]
-        merged = (ids.union(*(g[0] for g in joined)), [r for g in joined for r in g[1]] + [record])
-        groups = [g for g in groups if g not in joined] + [merged]
+        groups = [g for g in groups if not g[0] & ids]
+        groups.append((ids.union(*(g[0] for g in joined)), [r for g in joined for r in g[1]] + [record]))
     return [g[1] for g in groups]
 
 

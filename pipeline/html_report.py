@@ -44,7 +44,7 @@ def _audit_section(audit: dict | None) -> str:
     if not audit:
         return "<p>not run</p>"
     age = audit.get("age_days")
-    as_of = f"{_e(audit.get('as_of') or 'unknown date')}" + (f" ({age} days old)" if age is not None else "")
+    as_of = _e(audit.get("as_of") or "unknown date") + (f" ({age} days old)" if age is not None else "")
     if audit.get("stale"):
         as_of += " <span class='skip'>stale: audit again with fresh advisories</span>"
     table = "<table id='audit'>" + _rows([

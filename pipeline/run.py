@@ -141,9 +141,8 @@ def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
     except PipelineError as err:
         target.write_report(tagged.validated_id, tagged.validation, status="validated", pushed=pushed, error=str(err), **common)
         raise
-    sbom_file = target.run_dir / "sbom.cdx.json"
-    if sbom_file.exists():
-        tagged.validation.sbom["registry"] = push.push_sbom(target.ref, tagged.tags[0], pushed[f"{target.ref}:{tagged.tags[0]}"], sbom_file)
+    sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
+    tagged.validation.sbom["registry"] = push.push_sbom(target.ref, tagged.tags[0], pushed[f"{target.ref}:{tagged.tags[0]}"], sbom_file)
     compressed = push.compressed_bytes(target.ref, tagged.tags[0])
     if compressed is not None:
         tagged.validation.size["compressed_bytes"] = compressed

@@ -215,8 +215,9 @@ def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, 
         flush=True,
     )
     if result["stale"]:
+        age = "of unknown age" if result["age_days"] is None else f"{result['age_days']} days old"
         print(
-            f"  │ warning: advisory data is {result['age_days'] if result['age_days'] is not None else 'of unknown'} days old; "
+            f"  │ warning: advisory data is {age}; "
             "pass --advisories with fresh OSV records (osv.dev PyPI/all.zip) or refresh the snapshot "
             "(python build.py advisories --from DIR)",
             flush=True,

@@ -179,5 +179,5 @@ def test_nothing_else_listens(host):
 
 @pytest.mark.parametrize("package", ["pip", "jupyterlab", "gymnasium", "tqdm"])
 def test_package_is_the_pinned_version(host, variant, package):
-    """pip included: the venv's seed pip (23.0.1 on bookworm) is replaced by the lock's."""
+    """pip included: the seed pip that python3-venv puts in the venv is replaced by the matrix's."""
     assert host.pip.get_packages(pip_path="/opt/venv/bin/pip")[package]["version"] == dict(variant.packages)[package]
