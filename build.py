@@ -108,10 +108,15 @@ def make_parser() -> argparse.ArgumentParser:
 
 def variant_table_markdown(matrix) -> str:
     """The README's variant table, made from the matrix (a unit test keeps the README in step)."""
-    rows = ["| variant | CUDA | torch | torchvision | torchaudio | Python | wheels from | note |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | wheels from | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for v in matrix.variants:
         name = f"**{v.name}** (default)" if v.is_default else v.name
-        rows.append(f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.index} | {v.note} |")
+        rows.append(
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {v.index} | {v.note} |"
+        )
     return "\n".join(rows)
 
 
@@ -119,10 +124,10 @@ def cmd_list(matrix, markdown: bool = False) -> int:
     if markdown:
         print(variant_table_markdown(matrix))
         return 0
-    print(f"{'variant':8} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} index")
+    print(f"{'variant':8} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
     for v in matrix.variants:
         star = "*" if v.is_default else " "
-        print(f"{v.name + star:8} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.index}")
+        print(f"{v.name + star:8} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}")
         if v.note:
             print(f"{'':8} note: {v.note}")
     print("* default")
@@ -130,14 +135,14 @@ def cmd_list(matrix, markdown: bool = False) -> int:
 
 
 def cmd_render(matrix, check: bool) -> int:
-    from pipeline.render import render_all, stale_dockerfiles
+    from pipeline.render import render_all, stale_files
 
     if check:
-        stale = stale_dockerfiles(matrix)
+        stale = stale_files(matrix)
         if stale:
             names = ", ".join(p.name for p in stale)
             raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
-        print(f"Dockerfiles up to date ({len(matrix.variants)} variants)")
+        print(f"Dockerfiles and specs up to date ({len(matrix.variants)} variants)")
         return 0
     for path in render_all(matrix):
         print(f"wrote {path.relative_to(REPO_ROOT)}")

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, Interrupted, UsageError
-from pipeline.render import dockerfile_path, stale_dockerfiles
+from pipeline.render import dockerfile_path, stale_files
 from pipeline.variants import REPO_ROOT, Matrix, Variant
 
 _STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
@@ -48,13 +48,8 @@ class BuildResult:
     log_path: Path
 
 
-def build_args(revision: str, created: str, gpu_validated: bool) -> dict[str, str]:
-    return {
-        "SOURCE": "https://github.com/proven-torch/proven-torch",
-        "REVISION": revision,
-        "CREATED": created,
-        "GPU_VALIDATED": "true" if gpu_validated else "false",
-    }
+def build_args(revision: str, created: str) -> dict[str, str]:
+    return {"SOURCE": "https://github.com/proven-torch/proven-torch", "REVISION": revision, "CREATED": created}
 
 
 def build_command(
@@ -107,9 +102,10 @@ def build_image(
     context: Path = REPO_ROOT,
 ) -> BuildResult:
     """Run `docker build` for the variant; return the untagged image ID."""
-    if dockerfile_path(variant) in stale_dockerfiles(matrix):
+    stale = stale_files(matrix, variants=[variant])
+    if stale:
         raise UsageError(
-            f"{dockerfile_path(variant).name} is out of date with images/; run `python build.py render` and commit"
+            f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     iidfile = out_dir / "image-id"

@@ -40,6 +40,14 @@ def _status(status: str) -> str:
     return f'<span class="{css}">{_e(status)}</span>'
 
 
+def _heading_status(report: dict) -> str:
+    """'pushed' or 'validated' in green only when a GPU ran the checks; CPU-only says so, in amber."""
+    status = report.get("status", "?")
+    if status in ("validated", "pushed") and not report.get("gpu"):
+        return f'<span class="skip">{_e(status)} on CPU only (GPU checks not run)</span>'
+    return _status(status)
+
+
 def _audit_section(audit: dict | None) -> str:
     if not audit:
         return "<p>not run</p>"
@@ -73,24 +81,33 @@ def render_page(report: dict, run_dir: Path) -> str:
     smoke = validation.get("smoke") or {}
     ppo = validation.get("ppo") or {}
     size = validation.get("size") or {}
+    push = report.get("push") or {}
     facts = smoke.get("facts") or {}
     pins = report.get("pins") or {}
     title = f"{report.get('variant')} · torch {pins.get('torch')} · CUDA {pins.get('cuda')}"
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1 id='title'>{_e(title)}: {_status(report.get('status', '?'))}</h1>",
+        f"<h1 id='title'>{_e(title)}: {_heading_status(report)}</h1>",
     ]
     if report.get("error"):
         parts.append(f"<p class='fail' id='error'>{_e(report['error'])}</p>")
     parts.append("<h2>Image</h2><table>" + _rows([
         ("tags", "<br>".join(f"<code>{_e(t)}</code>" for t in report.get("tags", [])) or "none (not validated)"),
-        ("image ID (tagged, pushed)", f"<code>{_e(report.get('image_id'))}</code>"),
+        ("image ID (stamped, tagged, pushed)", f"<code>{_e(report.get('stamped_image_id'))}</code>"),
         ("validated image ID", f"<code>{_e(report.get('validated_image_id'))}</code>"),
         ("pushed", "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed"),
         ("validated on", "GPU" if report.get("gpu") else "CPU only (no GPU on the build host)"),
         ("created / revision", f"{_e(report.get('created'))} / <code>{_e(report.get('revision'))}</code>"),
         ("build time", f"{_e(report.get('build_seconds'))} s"),
     ]) + "</table>")  # fmt: skip
+    stages = validation.get("stages") or []
+    if stages:
+        parts.append(
+            "<h2>Validation stages</h2><table id='stages'>"
+            + _rows([(stage["name"], _status(stage["status"])) for stage in stages])
+            + "</table>"
+            + (f"<p id='verdict'><code>{_e(validation.get('verdict'))}</code></p>" if validation.get("verdict") else "")
+        )
     parts.append("<h2>Versions</h2><table><tr><th></th><th>pinned</th><th>in the image</th></tr>")
     for key, fact in (("torch", "torch"), ("torchvision", "torchvision"), ("torchaudio", "torchaudio"), ("cuda", "cuda"), ("cudnn", "cudnn"), ("nccl", "nccl"), ("python", "python")):
         parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(fact))}</td></tr>")
@@ -100,7 +117,7 @@ def render_page(report: dict, run_dir: Path) -> str:
             "<h2>Size</h2><table>"
             + _rows([
                 ("uncompressed", f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)"),
-                ("compressed (registry)", f"{size['compressed_bytes'] / GB:.2f} GB" if size.get("compressed_bytes") else "not pushed"),
+                ("compressed (registry)", f"{push['compressed_bytes'] / GB:.2f} GB" if push.get("compressed_bytes") else "not pushed"),
                 ("layers", _e(size.get("layers"))),
             ])  # fmt: skip
             + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"

@@ -1,9 +1,9 @@
 """Image labels: checked against the pins and the image's own facts, then stamped.
 
 The build sets the static labels (versions, OCI title/description/licenses) and
-the per-build ones (source, revision, created, gpu-validated). After validation
-passed, `stamp` adds what only validation knows (result, report digest, version
-tag) in a config-only image: FROM the validated image, LABEL, no RUN, so its
+the per-build ones (source, revision, created). After validation passed, `stamp`
+adds what only validation knows (result, report digest, version tag, GPU or not,
+the release's PPO figures, also as PROVEN_TORCH_RELEASE for `proof`) in a config-only image: FROM the validated image, LABEL, no RUN, so its
 layers are the validated image's layers, which `stamp` checks.
 """
 
@@ -42,10 +42,17 @@ def check_labels(labels: dict[str, str], variant: Variant) -> None:
         raise ValidationFailed("image labels do not match: " + ", ".join(wrong) + "; it will not be tagged")
 
 
-def stamp(client, image_id: str, labels: dict[str, str]) -> str:
-    """A config-only child of the image carrying `labels`; return its ID."""
-    lines = " \\\n      ".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+def _quoted(value: str) -> str:
+    """A Dockerfile LABEL/ENV value in double quotes (backslash and quote escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def stamp(client, image_id: str, labels: dict[str, str], env: dict[str, str] | None = None) -> str:
+    """A config-only child of the image carrying `labels` (and `env`); return its ID."""
+    lines = " \\\n      ".join(f"{key}={_quoted(value)}" for key, value in sorted(labels.items()))
     dockerfile = f"FROM {image_id}\nLABEL {lines}\n"
+    if env:
+        dockerfile += "ENV " + " ".join(f"{key}={_quoted(value)}" for key, value in sorted(env.items())) + "\n"
     image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, pull=False)
     before = client.images.get(image_id).attrs["RootFS"]["Layers"]
     after = image.attrs["RootFS"]["Layers"]

@@ -1,12 +1,15 @@
-"""Render one Dockerfile per variant from images/Dockerfile.template.
+"""Render one Dockerfile and one spec per variant from images/.
 
-The rendered files are committed at the top level (Dockerfile.cu128, ...);
-`python build.py render --check` fails when one differs from what the template
-and the matrix make now (CI runs it).
+The Dockerfiles are rendered from images/Dockerfile.template and committed at
+the top level (Dockerfile.cu128, ...); the specs (images/expect/cu128.json, ...)
+are what each image must prove, baked into it for `proof` and `python -m smoke`.
+`python build.py render --check` fails when a committed file differs from what
+the template and the matrix make now (CI runs it).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,6 +81,23 @@ def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
     return root / f"Dockerfile.{variant.name}"
 
 
+def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
+    """The variant's spec, baked into its image as /opt/proven-torch/expect.json."""
+    return root / "images" / "expect" / f"{variant.name}.json"
+
+
+def render_spec(variant: Variant) -> str:
+    return json.dumps(variant.spec(), indent=2, sort_keys=True) + "\n"
+
+
+def rendered_files(matrix: Matrix, variant: Variant) -> dict[Path, str]:
+    """Every file `render` writes for a variant, relative to the repository root: its Dockerfile and its spec."""
+    return {
+        dockerfile_path(variant, Path()): render(matrix, variant),
+        spec_path(variant, Path()): render_spec(variant),
+    }
+
+
 def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str:
     template = TEMPLATE_PATH.read_text() if template is None else template
     values = {
@@ -96,6 +116,7 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
         "TORCHAUDIO": variant.torchaudio,
         "INDEX": variant.index,
         "PIP_LAYERS": pip_layers(matrix, variant),
+        "SPEC": str(spec_path(variant, Path())),
         "USER": matrix.user,
         "UID": str(matrix.uid),
         "GID": str(matrix.gid),
@@ -111,20 +132,23 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
 
 
 def render_all(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
-    """Write every variant's Dockerfile; return the paths written."""
+    """Write every variant's Dockerfile and spec; return the paths written."""
     written = []
     for variant in matrix.variants:
-        path = dockerfile_path(variant, root)
-        path.write_text(render(matrix, variant))
-        written.append(path)
+        for rel, text in rendered_files(matrix, variant).items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(path)
     return written
 
 
-def stale_dockerfiles(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
-    """The committed Dockerfiles that differ from a fresh render (or are missing)."""
+def stale_files(matrix: Matrix, root: Path = REPO_ROOT, variants: list[Variant] | None = None) -> list[Path]:
+    """The committed generated files that differ from a fresh render (or are missing)."""
     stale = []
-    for variant in matrix.variants:
-        path = dockerfile_path(variant, root)
-        if not path.exists() or path.read_text() != render(matrix, variant):
-            stale.append(path)
+    for variant in variants or matrix.variants:
+        for rel, text in rendered_files(matrix, variant).items():
+            path = root / rel
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
     return stale

@@ -23,27 +23,28 @@ def write_report(
     validation: Validation | None,
     status: str,
     tags: list[str] | None = None,
-    pushed: dict[str, str] | None = None,
+    push=None,
     error: str | None = None,
-    final_image_id: str | None = None,
+    stamped_id: str | None = None,
 ) -> Path:
     """Write (or rewrite) the report; return its path."""
     report = {
-        "schema": 1,
+        "schema": 2,
         "status": status,  # "validated", "failed", "pushed"
         "error": error,
         "variant": variant.name,
         "pins": {k: v for k, v in asdict(variant).items() if k != "packages"},
         "packages": dict(variant.packages),
         "validated_image_id": image_id,
-        "image_id": final_image_id,  # the validated layers with the validation labels stamped on
+        "stamped_image_id": stamped_id,  # the validated layers with what validation found stamped on: tagged, pushed
         "created": created,
         "revision": revision,
         "build_seconds": round(build_seconds, 1),
         "gpu": validation.gpu if validation else None,
         "validation": validation.as_dict() if validation else None,
         "tags": tags or [],
-        "pushed": pushed or {},
+        "pushed": push.refs if push else {},
+        "push": push.as_dict() if push else None,
         "host": {"machine": platform.machine(), "system": platform.platform()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -61,15 +61,27 @@ class Target:
 @dataclass(frozen=True)
 class Tagged:
     validated_id: str  # the image the checks ran in
-    image_id: str  # the same layers with the validation labels stamped on: what is tagged and pushed
+    stamped_id: str  # the same layers with what validation found stamped on: what is tagged and pushed
     tags: list[str]
     validation: Validation
 
 
 @dataclass(frozen=True)
+class Pushed:
+    """What the push did; kept apart from the validation record, which is stamped and never changes."""
+
+    refs: dict[str, str]  # ref -> manifest digest
+    sbom: dict  # where the SBOM went, or why it did not (push.push_sbom)
+    compressed_bytes: int | None
+
+    def as_dict(self) -> dict:
+        return {"refs": self.refs, "sbom": self.sbom, "compressed_bytes": self.compressed_bytes}
+
+
+@dataclass(frozen=True)
 class RunResult:
     validated_id: str
-    image_id: str
+    stamped_id: str
     tags: list[str]
     pushed: dict[str, str]
     report_path: Path
@@ -90,9 +102,9 @@ def git_revision(root: Path = REPO_ROOT) -> str:
     return f"{rev}-dirty" if dirty else rev
 
 
-def check_push_allowed(config: BuildConfig, gpus: int) -> None:
-    """Refuse bad input before building, not after: a missing CA file, a CPU-only
-    validation pushed without being asked to, --registry without --push."""
+def check_request(config: BuildConfig, gpus: int) -> None:
+    """Refuse bad input before building, not after: a CPU-only validation pushed
+    without being asked to, --registry without --push, a missing CA file."""
     if config.push and gpus == 0 and not config.allow_cpu_validation:
         raise UsageError(
             "--push refused: this host has no GPU, so the image can only be validated on the CPU; "
@@ -104,10 +116,25 @@ def check_push_allowed(config: BuildConfig, gpus: int) -> None:
         raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
 
 
+def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, environment) that only validation knows, for the config-only child image."""
+    release = json.dumps(validation.release_figures(), sort_keys=True, separators=(",", ":"))
+    image_labels = {
+        "org.opencontainers.image.version": immutable,
+        f"{labels.PREFIX}validation": "passed",
+        f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
+        f"{labels.PREFIX}gpu-validated": "true" if validation.gpu else "false",
+        f"{labels.PREFIX}release-ppo": release,
+    }
+    # `proof` in a container of the image compares its PPO figures with these.
+    return image_labels, {"PROVEN_TORCH_RELEASE": release}
+
+
 def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
     """Validate the untagged image; stamp and tag it only when every check passed."""
     variant = target.variant
-    validation = validate.validate_image(client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories)
+    request = validate.Request(client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories)
+    validation = validate.validate_image(request)
     try:
         validate.require_valid(validation, target.report_path)
         immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
@@ -117,44 +144,39 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
     (target.run_dir / "validation.json").write_bytes(record)
     all_tags = [immutable, *moving]
-    final_id = labels.stamp(
-        client,
-        image_id,
-        {
-            "org.opencontainers.image.version": immutable,
-            f"{labels.PREFIX}validation": "passed",
-            f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
-        },
-    )
-    target.write_report(image_id, validation, status="validated", tags=all_tags, final_image_id=final_id)
-    refs = push.tag_image(client, final_id, target.ref, all_tags)
+    image_labels, env = stamp_values(validation, immutable, record)
+    stamped_id = labels.stamp(client, image_id, image_labels, env)
+    target.write_report(image_id, validation, status="validated", tags=all_tags, stamped_id=stamped_id)
+    refs = push.tag_image(client, stamped_id, target.ref, all_tags)
     print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
-    return Tagged(validated_id=image_id, image_id=final_id, tags=all_tags, validation=validation)
+    return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation)
 
 
-def push_all(client, tagged: Tagged, target: Target) -> dict[str, str]:
-    common = dict(tags=tagged.tags, final_image_id=tagged.image_id)
-    pushed: dict[str, str] = {}
+def push_all(client, tagged: Tagged, target: Target) -> Pushed:
+    common = dict(tags=tagged.tags, stamped_id=tagged.stamped_id)
+    refs: dict[str, str] = {}
     try:
         for tag in tagged.tags:
-            pushed[f"{target.ref}:{tag}"] = push.push_tag(client, tagged.image_id, target.ref, tag)
+            refs[f"{target.ref}:{tag}"] = push.push_tag(client, tagged.stamped_id, target.ref, tag)
     except PipelineError as err:
-        target.write_report(tagged.validated_id, tagged.validation, status="validated", pushed=pushed, error=str(err), **common)
+        failed = Pushed(refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes=None)
+        target.write_report(tagged.validated_id, tagged.validation, status="validated", push=failed, error=str(err), **common)
         raise
+    first = f"{target.ref}:{tagged.tags[0]}"
     sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
-    tagged.validation.sbom["registry"] = push.push_sbom(target.ref, tagged.tags[0], pushed[f"{target.ref}:{tagged.tags[0]}"], sbom_file)
+    sbom_where = push.push_sbom(target.ref, tagged.tags[0], refs[first], sbom_file)
     compressed = push.compressed_bytes(target.ref, tagged.tags[0])
     if compressed is not None:
-        tagged.validation.size["compressed_bytes"] = compressed
         print(f"==> compressed size in the registry: {compressed / 1e9:.2f} GB", flush=True)
-    target.write_report(tagged.validated_id, tagged.validation, status="pushed", pushed=pushed, **common)
+    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed)
+    target.write_report(tagged.validated_id, tagged.validation, status="pushed", push=pushed, **common)
     return pushed
 
 
 def run(config: BuildConfig) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
-    check_push_allowed(config, gpus)
+    check_request(config, gpus)
     if variant.note:
         print(f"==> note: {variant.note}", flush=True)
     print(
@@ -169,7 +191,7 @@ def run(config: BuildConfig) -> RunResult:
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
-    args = build_image.build_args(revision, created, gpus > 0)
+    args = build_image.build_args(revision, created)
     built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose)
 
     target = Target(
@@ -184,13 +206,13 @@ def run(config: BuildConfig) -> RunResult:
         advisories=config.advisories,
     )
     tagged = validate_and_tag(client, built.image_id, gpus, target)
-    pushed = push_all(client, tagged, target) if config.push else {}
+    pushed = push_all(client, tagged, target) if config.push else None
     print(f"==> report: {target.report_path}", flush=True)
     return RunResult(
         validated_id=tagged.validated_id,
-        image_id=tagged.image_id,
+        stamped_id=tagged.stamped_id,
         tags=[f"{target.ref}:{tag}" for tag in tagged.tags],
-        pushed=pushed,
+        pushed=pushed.refs if pushed else {},
         report_path=target.report_path,
         gpu=tagged.validation.gpu,
     )

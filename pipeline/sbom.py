@@ -1,7 +1,7 @@
 """A CycloneDX SBOM of the image: its Python packages and its Debian packages.
 
-The inventory is read inside a container of the image (`pip inspect` for the
-venv, `dpkg-query` for the OS), and the document is written on the host with
+The inventory is read inside a container of the image by its own tool,
+container/sbom_inventory.py (`pip inspect` for the venv, `dpkg-query` for the OS), and the document is written on the host with
 CycloneDX's own Python library (cyclonedx-python-lib), as CycloneDX 1.6 JSON.
 """
 
@@ -10,29 +10,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-INVENTORY = r"""
-import json, subprocess, sys
-pip = json.loads(subprocess.run([sys.executable, "-m", "pip", "inspect", "--local"], capture_output=True, text=True, check=True).stdout)
-python = [{"name": p["metadata"]["name"], "version": p["metadata"]["version"], "license": p["metadata"].get("license_expression") or (p["metadata"].get("license") or "")[:80]} for p in pip["installed"]]
-fmt = "${Package}\t${Version}\t${Architecture}\n"
-debs = [dict(zip(("name", "version", "arch"), line.split("\t"))) for line in subprocess.run(["dpkg-query", "-W", "-f", fmt], capture_output=True, text=True, check=True).stdout.splitlines()]
-print(json.dumps({"python": python, "debian": debs}))
-"""
+from pipeline.containers import run_in_image
+
+# The image's own tool (container/sbom_inventory.py): pip inspect + dpkg-query, as JSON.
+INVENTORY = "/opt/proven-torch/container/sbom_inventory.py"
 
 
 def read_inventory(client, image_id: str, timeout_s: int = 300) -> dict:
-    container = client.containers.create(
-        image_id, entrypoint=["python3", "-c", INVENTORY], network_disabled=True, labels={"io.proven-torch.role": "validation"}
+    done = run_in_image(
+        client, image_id, [INVENTORY], entrypoint=["python3"], network=False, timeout_s=timeout_s, what="the SBOM inventory"
     )
-    try:
-        container.start()
-        exit_code = container.wait(timeout=timeout_s)["StatusCode"]
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        if exit_code != 0:
-            raise RuntimeError(f"inventory failed (exit {exit_code}): {container.logs().decode(errors='replace')[-300:]}")
-    finally:
-        container.remove(force=True, v=True)
-    return json.loads(out.strip().splitlines()[-1])
+    if done.exit_code != 0:
+        raise RuntimeError(f"inventory failed (exit {done.exit_code}): {(done.stdout + done.stderr)[-300:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str) -> str:

@@ -1,214 +1,172 @@
-"""Validate a built image inside containers: smoke checks, then the PPO gate.
+"""Validate a built image: named stages, cheapest first, stopping at the first that fails.
 
-Each step runs the image's own entrypoint (as a user would) through the Docker
-SDK, with every GPU of the host when it has any, streams the container's output,
-is bounded by a deadline, and is always removed afterwards.
+    labels, spec and size → hygiene scan → SBOM and audit → proof
+
+The last stage is the image's own `proof` command (smoke/proof.py), run through
+the image's entrypoint as a user runs it, with every GPU of the host; the host
+decides only whether a GPU is required and collects proof.json. The other
+stages read the image from outside or run the image's own tools
+(container/hygiene_scan.py, container/sbom_inventory.py).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from pipeline import advisories as advisory_db
 from pipeline import audit, hygiene, labels, sbom, size
-from pipeline.errors import Interrupted, ValidationFailed
+from pipeline.containers import read_file, run_in_image
+from pipeline.errors import ValidationFailed
 from pipeline.variants import Variant
 
-SMOKE_TIMEOUT_S = 900
-PPO_TIMEOUT_S = 900
+PROOF_TIMEOUT_S = 2400
 OUT = "/tmp/validation"
 
 
 @dataclass(frozen=True)
-class StepResult:
-    name: str
-    exit_code: int
-    seconds: float
-    files: dict[str, bytes] = field(default_factory=dict)
+class Request:
+    """What validation is asked to do: which image, against which variant, with how many GPUs."""
+
+    client: object
+    image_id: str
+    variant: Variant
+    gpus: int
+    out_dir: Path
+    ca_cert: Path | None = None
+    advisories: Path | None = None
+
+
+@dataclass
+class Findings:
+    """What the stages found, filled in as they run."""
+
+    size: dict = field(default_factory=dict)
+    hygiene: tuple[str, ...] = ()
+    sbom: dict = field(default_factory=dict)
+    audit: dict = field(default_factory=dict)
+    proof: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Validation:
     ok: bool
     gpu: bool
-    smoke: dict
-    ppo: dict
-    ppo_cpu: dict | None
+    proof: dict
     hygiene: tuple[str, ...]
     size: dict
     sbom: dict
     audit: dict
     seconds: float
     failures: tuple[str, ...]
+    stages: tuple[tuple[str, str], ...]  # (stage, "pass" | "fail" | "not run")
+
+    @property
+    def smoke(self) -> dict:
+        return self.proof.get("smoke") or {}
+
+    @property
+    def ppo(self) -> dict:
+        return self.proof.get("ppo") or {}
+
+    def release_figures(self) -> dict:
+        """The PPO figures this validation measured, stamped into the image for `proof` to compare with."""
+        ppo = self.ppo
+        where = self.proof.get("where") or {}
+        device = ppo.get("device", "cpu")
+        return {
+            "device": device,
+            "device_name": ppo.get("gpu_name") if device.startswith("cuda") else where.get("cpu"),
+            "steps_to_target": ppo.get("steps_to_target"),
+            "seconds_to_target": round(ppo["seconds_to_target"], 2) if ppo.get("seconds_to_target") else None,
+            "sps": round(ppo["sps_end_to_end"]) if ppo.get("sps_end_to_end") else None,
+        }
 
     def as_dict(self) -> dict:
-        """What the report and validation.json record of this validation."""
+        """What the report and validation.json record of this validation (immutable once stamped)."""
         return {
             "ok": self.ok,
             "gpu": self.gpu,
             "seconds": round(self.seconds, 1),
             "failures": list(self.failures),
+            "stages": [{"name": name, "status": status} for name, status in self.stages],
+            "verdict": self.proof.get("verdict"),
             "smoke": self.smoke,
             "ppo": self.ppo,
-            "ppo_cpu": self.ppo_cpu,
-            "gpu_cpu_sps_ratio": self.gpu_cpu_sps_ratio(),
+            "ppo_cpu": self.proof.get("ppo_cpu"),
+            "gpu_cpu_sps_ratio": self.proof.get("gpu_cpu_sps_ratio"),
+            "proof": {k: v for k, v in self.proof.items() if k not in ("smoke", "ppo", "ppo_cpu")},
             "hygiene": list(self.hygiene),
             "size": self.size,
             "sbom": self.sbom,
             "audit": self.audit,
         }
 
-    def gpu_cpu_sps_ratio(self) -> float | None:
-        if not self.ppo_cpu:
-            return None
-        gpu, cpu = self.ppo.get("sps_end_to_end"), self.ppo_cpu.get("sps_end_to_end")
-        return round(gpu / cpu, 2) if gpu and cpu else None
+
+# --------------------------------------------------------------------------- stages
 
 
-def _device_requests(gpus: int):
-    if gpus <= 0:
-        return None
-    import docker.types
-
-    return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+SPEC_IN_IMAGE = "/opt/proven-torch/expect.json"
 
 
-def _fetch_dir(container, path: str) -> dict[str, bytes]:
-    """Copy a folder out of a (stopped) container: {relative name: bytes}."""
+def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
+    """The image's baked spec must be the matrix's: `proof` holds the image to it."""
+    if baked is None:
+        return f"the image has no {SPEC_IN_IMAGE}: not built from this checkout's Dockerfile.{variant.name}"
     try:
-        stream, _ = container.get_archive(path)
-    except Exception:  # the folder was never written
-        return {}
-    buf = io.BytesIO(b"".join(stream))
-    files = {}
-    with tarfile.open(fileobj=buf) as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                name = member.name.split("/", 1)[1] if "/" in member.name else member.name
-                files[name] = tar.extractfile(member).read()
-    return files
+        spec = json.loads(baked)
+    except ValueError:
+        return f"the image's {SPEC_IN_IMAGE} is not JSON"
+    want = variant.spec()
+    differ = sorted(k for k in set(want["expect"]) | set(spec.get("expect", {})) if want["expect"].get(k) != spec.get("expect", {}).get(k))
+    differ += ["ppo_gate"] if spec.get("ppo_gate") != want["ppo_gate"] else []
+    if differ:
+        return f"the image's spec differs from images/variants.toml in {', '.join(differ)}: rebuild after `python build.py render`"
+    return None
 
 
-def run_step(client, image_id: str, name: str, command: list[str], gpus: int, timeout_s: int) -> StepResult:
-    """Run one command in a fresh container from the image; stream its output."""
-    print(f"==> {name}: {' '.join(command)}", flush=True)
-    start = time.monotonic()
-    container = client.containers.create(
-        image_id,
-        command=command,
-        device_requests=_device_requests(gpus),
-        shm_size="2g",
-        labels={"io.proven-torch.role": "validation"},
-    )
-    timed_out = threading.Event()
-
-    def _kill_at_deadline():
-        timed_out.set()
-        try:
-            container.kill()
-        except Exception:
-            pass
-
-    timer = threading.Timer(timeout_s, _kill_at_deadline)
-    try:
-        container.start()
-        timer.start()
-        for chunk in container.logs(stream=True, follow=True):
-            for line in chunk.decode(errors="replace").splitlines():
-                print(f"  │ {line}", flush=True)
-        exit_code = container.wait(timeout=60)["StatusCode"]
-        files = _fetch_dir(container, OUT)
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted during {name}; nothing was tagged or pushed") from None
-    finally:
-        timer.cancel()
-        try:
-            container.remove(force=True, v=True)
-        except Exception:
-            pass
-    seconds = time.monotonic() - start
-    if timed_out.is_set():
-        exit_code = 124
-        print(f"==> {name}: killed after the {timeout_s}s deadline", flush=True)
-    print(f"==> {name}: exit {exit_code} in {seconds:.1f}s", flush=True)
-    return StepResult(name=name, exit_code=exit_code, seconds=seconds, files=files)
-
-
-def smoke_command(variant: Variant, gpu: bool) -> list[str]:
-    expect = json.dumps(variant.expectations(require_gpu=gpu), separators=(",", ":"))
-    cmd = ["python", "-m", "smoke", "--expect", expect, "--json-out", f"{OUT}/smoke.json"]
-    return cmd + (["--require-gpu"] if gpu else [])
-
-
-def ppo_command(variant: Variant, device: str, require_gpu: bool) -> list[str]:
-    gate = variant.ppo_gate
-    cmd = [
-        "python", "-m", "ppo_bench",
-        "--backend", gate.backend,
-        "--env-id", gate.env_id,
-        "--seed", str(gate.seed),
-        "--total-timesteps", str(gate.total_timesteps),
-        "--target-return", str(gate.target_return),
-        "--device", device,
-        "--out-dir", f"{OUT}/ppo",
-        "--stop-at-target",
-        "--fail-below-target",
-        "--no-progress",
-    ]  # fmt: skip
-    return cmd + (["--require-gpu"] if require_gpu else [])
-
-
-def _write_files(files: dict[str, bytes], out_dir: Path) -> None:
-    for name, data in files.items():
-        target = out_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-
-
-def _load_json(files: dict[str, bytes], name: str) -> dict:
-    try:
-        return json.loads(files[name])
-    except (KeyError, ValueError):
-        return {}
-
-
-def static_checks(client, image_id: str, variant: Variant) -> tuple[dict, list[str]]:
-    """Labels against the pins, size against the budget: instant, so they run first."""
+def labels_and_size(req: Request, found: Findings) -> list[str]:
+    """Labels and the baked spec against the pins, size against the budget: instant, so they run first."""
     failures = []
     try:
-        labels.check_labels(client.images.get(image_id).labels or {}, variant)
+        labels.check_labels(req.client.images.get(req.image_id).labels or {}, req.variant)
     except ValidationFailed as err:
         failures.append(str(err).removesuffix("; it will not be tagged"))
-    summary = size.size_summary(client, image_id)
-    print(f"==> size: {summary['uncompressed_bytes'] / size.GB:.2f} GB uncompressed, budget {variant.size_budget_gb} GB", flush=True)
+    problem = spec_problem(read_file(req.client, req.image_id, SPEC_IN_IMAGE), req.variant)
+    if problem:
+        failures.append(problem)
+    found.size = size.size_summary(req.client, req.image_id)
+    print(
+        f"==> size: {found.size['uncompressed_bytes'] / size.GB:.2f} GB uncompressed, budget {req.variant.size_budget_gb} GB",
+        flush=True,
+    )
     try:
-        size.check_budget(summary, variant)
+        size.check_budget(found.size, req.variant)
     except ValidationFailed as err:
         failures.append(str(err))
-    return summary, failures
+    return failures
 
 
-def hygiene_checks(client, image_id: str, ca_cert: Path | None) -> tuple[tuple[str, ...], list[str]]:
+def hygiene_scan(req: Request, found: Findings) -> list[str]:
     print("==> hygiene scan: private keys, tokens, the build CA, .git, pip caches, nvcc", flush=True)
     start = time.monotonic()
-    findings = tuple(hygiene.scan_image(client, image_id, ca_cert))
-    for finding in findings:
+    found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.ca_cert))
+    for finding in found.hygiene:
         print(f"  │ found {finding}", flush=True)
-    print(f"==> hygiene scan: {len(findings)} finding(s) in {time.monotonic() - start:.1f}s", flush=True)
-    return findings, [f"hygiene scan found {len(findings)} problem(s), first: {findings[0]}"] if findings else []
+    print(f"==> hygiene scan: {len(found.hygiene)} finding(s) in {time.monotonic() - start:.1f}s", flush=True)
+    return [f"hygiene scan found {len(found.hygiene)} problem(s), first: {found.hygiene[0]}"] if found.hygiene else []
 
 
-def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, advisories: Path | None):
+def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     """SBOM of the image, then the vulnerability audit of its Python packages."""
-    inventory, sbom_summary = sbom.write_sbom(client, image_id, f"proven-torch {variant.name}", variant.base_suite, out_dir)
-    database = advisory_db.load(advisories) if advisories else advisory_db.load_snapshot()
-    result = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
+    name = f"proven-torch {req.variant.name}"
+    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, name, req.variant.base_suite, req.out_dir)
+    database = advisory_db.load(req.advisories) if req.advisories else advisory_db.load_snapshot()
+    found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
+    result = found.audit
     print(
         f"==> audit: {result['status']} ({len(result['findings'])} finding(s), {len(result['allowed'])} allowed) "
         f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}",
@@ -222,68 +180,72 @@ def supply_chain_checks(client, image_id: str, variant: Variant, out_dir: Path, 
             "(python build.py advisories --from DIR)",
             flush=True,
         )
-    failures = [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
-    return sbom_summary, result, failures
+    return [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
 
 
-def validate_image(
-    client,
-    image_id: str,
-    variant: Variant,
-    gpus: int,
-    out_dir: Path,
-    ca_cert: Path | None = None,
-    advisories: Path | None = None,
-) -> Validation:
-    """Check the image, cheapest first, stopping at the first stage that fails:
-    labels and size, the hygiene scan, SBOM and audit, the smoke suite, the PPO gate."""
+def proof_command(require_gpu: bool) -> list[str]:
+    """What validation runs in the image: the same `proof` a user runs."""
+    return ["proof", "--out", OUT] + (["--require-gpu"] if require_gpu else [])
+
+
+def proof(req: Request, found: Findings) -> list[str]:
+    gpu = req.gpus > 0
+    command = proof_command(require_gpu=gpu)
+    print(f"==> proof: {' '.join(command)}", flush=True)
+    done = run_in_image(
+        req.client, req.image_id, command, timeout_s=PROOF_TIMEOUT_S, gpus=req.gpus, shm_size="2g",
+        stream=True, fetch=OUT, what="the proof",
+    )  # fmt: skip
+    print(f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""), flush=True)
+    write_files(done.files, req.out_dir)
+    try:
+        found.proof = json.loads(done.files["proof.json"])
+    except (KeyError, ValueError):
+        found.proof = {}
+    if done.exit_code == 0 and found.proof.get("ok"):
+        return []
+    return list(found.proof.get("failures") or []) or [f"proof failed (exit {done.exit_code}, no proof.json)"]
+
+
+Stage = Callable[[Request, Findings], list[str]]
+STAGES: tuple[tuple[str, Stage], ...] = (
+    ("labels, spec and size", labels_and_size),
+    ("hygiene scan", hygiene_scan),
+    ("SBOM and audit", sbom_and_audit),
+    ("proof", proof),
+)
+
+
+def write_files(files: dict[str, bytes], out_dir: Path) -> None:
+    for name, data in files.items():
+        target = out_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES) -> Validation:
+    """Run the stages in order until one fails; the rest are "not run"."""
     start = time.monotonic()
-    gpu = gpus > 0
-    summary, failures = static_checks(client, image_id, variant)
-    findings: tuple[str, ...] = ()
-    smoke_report: dict = {}
-    ppo_report: dict = {}
-    ppo_cpu: dict | None = None
-    sbom_summary: dict = {}
-    audit_result: dict = {}
-    if not failures:
-        findings, failures = hygiene_checks(client, image_id, ca_cert)
-    if not failures:
-        sbom_summary, audit_result, failures = supply_chain_checks(client, image_id, variant, out_dir, advisories)
-    if not failures:
-        smoke = run_step(client, image_id, "smoke checks", smoke_command(variant, gpu), gpus, SMOKE_TIMEOUT_S)
-        _write_files(smoke.files, out_dir)
-        smoke_report = _load_json(smoke.files, "smoke.json")
-        if smoke.exit_code != 0 or not smoke_report.get("ok"):
-            bad = [c["name"] for c in smoke_report.get("checks", []) if c.get("status") == "fail"]
-            failures.append(f"smoke checks failed ({', '.join(bad) or f'exit {smoke.exit_code}, no report'})")
-    if not failures:
-        device = "cuda" if gpu else "cpu"
-        ppo = run_step(client, image_id, f"PPO gate ({device})", ppo_command(variant, device, gpu), gpus, PPO_TIMEOUT_S)
-        _write_files(ppo.files, out_dir)
-        ppo_report = _load_json(ppo.files, "ppo/result.json")
-        if ppo.exit_code != 0 or not ppo_report.get("solved"):
-            got = ppo_report.get("final_mean_return")
-            failures.append(
-                f"PPO gate failed: {variant.ppo_gate.env_id} mean return {got} < {variant.ppo_gate.target_return}"
-                if got is not None
-                else f"PPO gate failed (exit {ppo.exit_code}, no result)"
-            )
-        if gpu and not failures:  # the same benchmark on the CPU, for the GPU/CPU ratio
-            cpu = run_step(client, image_id, "PPO on the CPU (for the ratio)", ppo_command(variant, "cpu", False), 0, PPO_TIMEOUT_S)
-            ppo_cpu = _load_json(cpu.files, "ppo/result.json")
+    found = Findings()
+    failures: list[str] = []
+    statuses = []
+    for name, stage in stages:
+        if failures:
+            statuses.append((name, "not run"))
+            continue
+        failures = stage(req, found)
+        statuses.append((name, "fail" if failures else "pass"))
     return Validation(
         ok=not failures,
-        gpu=gpu,
-        smoke=smoke_report,
-        ppo=ppo_report,
-        ppo_cpu=ppo_cpu,
-        hygiene=findings,
-        size=summary,
-        sbom=sbom_summary,
-        audit=audit_result,
+        gpu=bool(found.proof.get("gpu")),
+        proof=found.proof,
+        hygiene=found.hygiene,
+        size=found.size,
+        sbom=found.sbom,
+        audit=found.audit,
         seconds=time.monotonic() - start,
         failures=tuple(failures),
+        stages=tuple(statuses),
     )
 
 

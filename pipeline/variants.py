@@ -85,8 +85,8 @@ class Variant:
     def uses_pypi(self) -> bool:
         return "pypi.org" in self.index
 
-    def expectations(self, require_gpu: bool) -> dict:
-        """What the smoke checks inside the image must find."""
+    def expectations(self) -> dict:
+        """What the smoke checks inside the image must find (smoke/expect.py's schema)."""
         return {
             "variant": self.name,
             "torch": self.torch,
@@ -98,7 +98,17 @@ class Variant:
             "python": self.python,
             "min_driver": self.min_driver,
             "driver_lines": dict(self.driver_lines),
-            "require_gpu": require_gpu,
+        }
+
+    def spec(self) -> dict:
+        """What the image must prove, baked into it as /opt/proven-torch/expect.json:
+        the expectations of the smoke suite and the settings of the PPO gate."""
+        return {
+            "schema": 1,
+            "generated_by": "python build.py render (from images/variants.toml)",
+            "variant": self.name,
+            "expect": self.expectations(),
+            "ppo_gate": dataclasses.asdict(self.ppo_gate),
         }
 
 

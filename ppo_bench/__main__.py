@@ -3,7 +3,8 @@
 Every option is a field of `ppo_bench.ppo.Args` (--some-field / --no-some-field
 for booleans); its help is the field's docstring. Exit codes: 0 done (and solved,
 with --fail-below-target), 2 bad arguments or --require-gpu without a GPU,
-3 --fail-below-target and the target was not reached, 1 anything unexpected.
+3 --fail-below-target and the target was not reached, 4 a collective across
+torchrun ranks did not complete within --dist-timeout, 1 anything unexpected.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="PPO benchmark that must learn (CartPole-v1 by default). Writes result.json, "
                     "learning_curve.png, TensorBoard events and a checkpoint to --out-dir.",
         epilog="Exit codes: 0 ok; 2 bad arguments or --require-gpu without a GPU; "
-               "3 --fail-below-target and the target return was not reached; 1 unexpected error.",
+               "3 --fail-below-target and the target return was not reached; "
+               "4 a collective across torchrun ranks did not complete within --dist-timeout; 1 unexpected error.",
     )
     docs = field_docs(Args)
     for f in dataclasses.fields(Args):

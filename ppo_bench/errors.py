@@ -4,6 +4,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1  # anything unexpected (a traceback is printed)
 EXIT_USAGE = 2  # bad arguments, or --require-gpu without a GPU
 EXIT_BELOW_TARGET = 3  # --fail-below-target and the target return was not reached
+EXIT_DISTRIBUTED = 4  # a collective across torchrun ranks did not complete in time
 
 
 class PPOBenchError(Exception):
@@ -22,3 +23,9 @@ class GpuRequiredError(PPOBenchError):
     """--require-gpu (or --device cuda) was given and torch sees no CUDA device."""
 
     exit_code = EXIT_USAGE
+
+
+class DistributedError(PPOBenchError):
+    """A collective across torchrun ranks did not complete within --dist-timeout."""
+
+    exit_code = EXIT_DISTRIBUTED

@@ -13,7 +13,11 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
-from torch.utils.tensorboard import SummaryWriter  # imported up front: slow, and not part of the timed run
+
+try:  # imported up front: slow, and not part of the timed run
+    from torch.utils.tensorboard import SummaryWriter
+except ImportError:  # a bare host without tensorboard (the image has it): no event files
+    SummaryWriter = None
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -57,7 +61,22 @@ def versions() -> dict:
     return out
 
 
-def make_writer(out_dir: Path, purge_step: int | None) -> SummaryWriter:
+class NoWriter:
+    """Stands in for SummaryWriter where tensorboard is not installed."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    add_text = add_scalar
+
+    def close(self) -> None:
+        pass
+
+
+def make_writer(out_dir: Path, purge_step: int | None):
+    if SummaryWriter is None:
+        print("ppo_bench: tensorboard is not installed: no TensorBoard events are written", flush=True)
+        return NoWriter()
     return SummaryWriter(log_dir=str(out_dir), purge_step=purge_step)
 
 
@@ -74,7 +93,11 @@ def rolling_mean(values: list[float], window: int) -> list[float]:
 
 def plot_learning_curve(path: Path, steps: list[int], returns: list[float], window: int,
                         target: float | None, steps_to_target: int | None, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a bare host without matplotlib (the image has it)
+        print(f"ppo_bench: matplotlib is not installed: {path.name} is not drawn", flush=True)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

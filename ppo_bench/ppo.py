@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from ppo_bench import outputs
 from ppo_bench.envs import make_envs
-from ppo_bench.errors import ConfigError, GpuRequiredError
+from ppo_bench.errors import ConfigError, DistributedError, GpuRequiredError
 
 BACKENDS = ("torch", "gymnasium")
 
@@ -138,6 +138,8 @@ class Args:
     """continue the run whose checkpoint is in out_dir, exactly where it stopped"""
     stop_after_iterations: int = 0
     """stop (with a checkpoint) after this many iterations of this invocation; 0 = no limit. For time-sliced jobs"""
+    dist_timeout: float = 300.0
+    """torchrun jobs: seconds a collective waits for the other ranks; then the run fails with one line naming the rank and the collective"""
 
     # --- speed options (docs/ppo-benchmark.md says what each one is worth) --------
     cuda_graphs: bool = False
@@ -152,7 +154,7 @@ class Args:
 
 # Fields that may differ between a run and its --resume (they do not change results).
 RUNTIME_ONLY_FIELDS = {"out_dir", "progress", "progress_interval", "checkpoint_every", "resume",
-                       "stop_after_iterations", "require_gpu", "fail_below_target", "stop_at_target"}
+                       "stop_after_iterations", "require_gpu", "fail_below_target", "stop_at_target", "dist_timeout"}
 
 
 def resolve_args(args: Args) -> Args:
@@ -333,19 +335,73 @@ def pick_device(args: Args, local_rank: int) -> torch.device:
         if args.amp == "fp16":
             raise ConfigError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16")
         return torch.device("cpu")
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    # Bind this rank to its GPU before anything touches CUDA: NCCL stages
+    # all_gather_object on the current device, and CUDA-graph capture uses its
+    # current stream; left at cuda:0, every rank would share GPU 0.
+    torch.cuda.set_device(device)
+    return device
 
 
-def init_distributed(device_kind: str) -> tuple[int, int]:
-    """(rank, world_size); sets up torch.distributed when started by torchrun."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
-        return 0, 1
-    import torch.distributed as dist
+class Collectives:
+    """The run's collectives across torchrun ranks (one rank: no-ops).
 
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
-    return dist.get_rank(), world_size
+    Each is bounded by the process group's timeout (--dist-timeout). One that
+    does not complete, because another rank stalled or died, raises one line
+    naming this rank and the collective instead of waiting forever.
+    """
+
+    def __init__(self, device: torch.device, timeout_s: float):
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank, self.timeout_s = 0, timeout_s
+        if self.world_size == 1:
+            return
+        import datetime
+
+        import torch.distributed as dist
+
+        self.dist = dist
+        if not dist.is_initialized():
+            timeout = datetime.timedelta(seconds=timeout_s)
+            if device.type == "cuda":  # device_id: the communicator is bound to this rank's GPU
+                dist.init_process_group("nccl", timeout=timeout, device_id=device)
+            else:
+                dist.init_process_group("gloo", timeout=timeout)
+        self.rank = dist.get_rank()
+
+    def _bounded(self, what: str, run):
+        try:
+            return run()
+        except RuntimeError as err:  # gloo: "Timed out waiting ..." / "Connection closed by peer"; NCCL: DistBackendError
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise DistributedError(
+                f"rank {self.rank} of {self.world_size}: {what} did not complete within {self.timeout_s:g} s "
+                f"(another rank stalled or died): {first}") from None
+
+    def broadcast_(self, tensor: torch.Tensor, what: str) -> None:
+        if self.world_size > 1:
+            self._bounded(what, lambda: self.dist.broadcast(tensor, src=0))
+
+    def mean_(self, tensor: torch.Tensor, what: str) -> None:
+        """Average `tensor` over the ranks, in place."""
+        if self.world_size > 1:
+            self._bounded(what, lambda: self.dist.all_reduce(tensor))
+            tensor /= self.world_size
+
+    def gather(self, obj, what: str) -> list:
+        if self.world_size == 1:
+            return [obj]
+        gathered = [None] * self.world_size
+        self._bounded(what, lambda: self.dist.all_gather_object(gathered, obj))
+        return gathered
+
+    def barrier(self, what: str) -> None:
+        if self.world_size > 1:
+            self._bounded(what, self.dist.barrier)
+
+    def close(self) -> None:
+        if self.world_size > 1 and self.dist.is_initialized():
+            self.dist.destroy_process_group()
 
 
 def seed_everything(seed: int, deterministic: bool, device: torch.device) -> None:
@@ -384,16 +440,17 @@ def device_facts(device: torch.device) -> dict:
     }
 
 
-def capture_cuda_graph(fn, warmup: int = 2) -> torch.cuda.CUDAGraph:
-    """Warm `fn` up on a side stream, then record it into a CUDA graph (pytorch.org/docs/stable/notes/cuda.html#cuda-graphs)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
+def capture_cuda_graph(fn, device: torch.device, warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """Warm `fn` up on a side stream of `device`, then record it into a CUDA graph
+    (pytorch.org/docs/stable/notes/cuda.html#cuda-graphs)."""
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(warmup):
             fn()
-    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.device(device), torch.cuda.graph(graph):
         fn()
     return graph
 
@@ -413,9 +470,8 @@ def train(args: Args) -> dict:
     t_start, cpu_start = time.perf_counter(), time.process_time()
     args = resolve_args(args)
     device = pick_device(args, int(os.environ.get("LOCAL_RANK", "0")))
-    rank, world_size = init_distributed(device.type)
-    if world_size > 1:
-        import torch.distributed as dist
+    comms = Collectives(device, args.dist_timeout)
+    rank, world_size = comms.rank, comms.world_size
     if args.threads:
         torch.set_num_threads(args.threads)
     out_dir = Path(args.out_dir)
@@ -441,9 +497,8 @@ def train(args: Args) -> dict:
 
     agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size,
                   args.activation).to(device)
-    if world_size > 1:
-        for p in agent.parameters():
-            dist.broadcast(p.data, src=0)
+    for p in agent.parameters():
+        comms.broadcast_(p.data, "the initial weights (broadcast from rank 0)")
     fused = args.adam in ("auto", "fused")
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5,
                                  **({"fused": True} if fused else {"foreach": True}))
@@ -476,6 +531,7 @@ def train(args: Args) -> dict:
     ep_steps: list[int] = []
     ep_returns: list[float] = []
     ep_lengths: list[int] = []
+    update_epochs: list[int] = []  # epochs each iteration's update ran (early stopping on KL ends some sooner)
     timing = {"rollout": 0.0, "update": 0.0, "wall": 0.0, "cpu": 0.0}
     reached = {"steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None}
     if ckpt is None:
@@ -490,6 +546,7 @@ def train(args: Args) -> dict:
         start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
         ep_steps, ep_returns, ep_lengths = (ckpt["episodes"][k] for k in ("steps", "returns", "lengths"))
         timing, reached = ckpt["timing"], ckpt["reached"]
+        update_epochs = ckpt.get("update_epochs", [])
         set_rng_state(ckpt["rng"], device)
     recent = deque(ep_returns[-args.target_window:], maxlen=args.target_window)
 
@@ -521,7 +578,7 @@ def train(args: Args) -> dict:
     if args.cuda_graphs:
         # Warm-up runs step the environments; put them back so the graph starts where we are.
         saved_env, saved_obs, saved_rng = envs.state_dict(), next_obs.clone(), rng_state(device)
-        rollout_graph = capture_cuda_graph(rollout)
+        rollout_graph = capture_cuda_graph(rollout, device)
         envs.load_state_dict(saved_env)
         next_obs.copy_(saved_obs)
         set_rng_state(saved_rng, device)
@@ -545,8 +602,7 @@ def train(args: Args) -> dict:
 
     def average_gradients():
         flat = torch.cat([p.grad.reshape(-1) for p in params])
-        dist.all_reduce(flat)
-        flat /= world_size
+        comms.mean_(flat, "all_reduce of the gradients")
         offset = 0
         for p in params:
             n = p.numel()
@@ -575,7 +631,7 @@ def train(args: Args) -> dict:
             "scaler": scaler.state_dict() if scaler is not None else None,
             "envs": envs.state_dict(), "next_obs": next_obs.cpu(), "rng": rng_state(device),
             "episodes": {"steps": ep_steps, "returns": ep_returns, "lengths": ep_lengths},
-            "timing": timing, "reached": reached,
+            "timing": timing, "reached": reached, "update_epochs": update_epochs,
         })
 
     wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
@@ -606,8 +662,7 @@ def train(args: Args) -> dict:
         finished = torch.stack((t_idx.double(), ep_ret_buf[done_mask].double(),
                                 ep_len_buf[done_mask].double()), 1).cpu().tolist()
         if world_size > 1:
-            gathered = [None] * world_size
-            dist.all_gather_object(gathered, finished)
+            gathered = comms.gather(finished, "all_gather_object of the finished episodes")
             finished = [row for rows in gathered for row in rows]
         for t, ret, length in finished:
             ep_steps.append(iter_start_step + (int(t) + 1) * N * world_size)
@@ -636,21 +691,23 @@ def train(args: Args) -> dict:
         b_returns, b_values = returns.reshape(-1), values_buf.reshape(-1)
 
         stats_sum = torch.zeros(5, device=device)
-        n_minibatches = 0
+        n_minibatches, epochs_run = 0, 0
         for _epoch in range(args.update_epochs):
+            epochs_run += 1
             # Shuffle once per epoch, then cut contiguous minibatches (one gather per tensor per epoch).
             perm = torch.randperm(batch_size, device=device)
             shuffled = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)]
             for start in range(0, batch_size, minibatch_size):
                 loss, stats = loss_fn(*(x[start:start + minibatch_size] for x in shuffled))
                 optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(optimizer)
-                else:
-                    loss.backward()
+                (scaler.scale(loss) if scaler is not None else loss).backward()
                 if world_size > 1:
+                    # Scaled gradients are averaged first, then unscaled: every rank then sees
+                    # the same inf/NaN (GradScaler skips the step on all of them together)
+                    # and the loss scales stay equal.
                     average_gradients()
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)
                 if scaler is not None:
                     scaler.step(optimizer)
@@ -659,8 +716,14 @@ def train(args: Args) -> dict:
                     optimizer.step()
                 stats_sum += stats
                 n_minibatches += 1
-            if args.target_kl is not None and stats[3].item() > args.target_kl:
-                break
+            if args.target_kl is not None:
+                # Decided together: each rank's own KL differs, and a rank that stopped
+                # alone would leave the others waiting in their next all_reduce.
+                approx_kl = stats[3].clone()
+                comms.mean_(approx_kl, "all_reduce of the approximate KL (early stopping)")
+                if approx_kl.item() > args.target_kl:
+                    break
+        update_epochs.append(epochs_run)
         sync()
         timing["update"] += time.perf_counter() - t0
 
@@ -707,8 +770,7 @@ def train(args: Args) -> dict:
     progress.close()
     save(iteration)
     envs.close()
-    if world_size > 1:
-        dist.barrier()
+    comms.barrier("the barrier after the last checkpoint")
 
     total_wall = time.perf_counter() - t_start
     window = ep_returns[-args.target_window:]
@@ -750,9 +812,8 @@ def train(args: Args) -> dict:
             reached["steps_to_target"],
             title=f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})")
         outputs.write_json(out_dir / "result.json", result)
-    if world_size > 1:
-        dist.barrier()
-        dist.destroy_process_group()
+    comms.barrier("the barrier after the result")
+    comms.close()
     return result
 
 

@@ -360,8 +360,9 @@ def check_distributed(ctx: Context) -> Outcome:
 
 
 def find_compiler(device: str) -> str | None:
-    """The compiler torch.compile will need: C++ for Inductor on the CPU, C for Triton's launcher on the GPU."""
-    names = [os.environ.get("CXX"), "g++", "c++", "clang++"] if device == "cpu" else [os.environ.get("CC"), "gcc", "cc", "clang"]
+    """The compiler torch.compile will need, looked up as its backend does: Inductor's CPU
+    backend wants C++ ($CXX, g++, c++, clang++); Triton builds its launcher with C ($CC, gcc, clang)."""
+    names = [os.environ.get("CXX"), "g++", "c++", "clang++"] if device == "cpu" else [os.environ.get("CC"), "gcc", "clang"]
     for name in filter(None, names):
         found = shutil.which(name)
         if found:
@@ -369,28 +370,59 @@ def find_compiler(device: str) -> str | None:
     return None
 
 
+def python_headers() -> Path | None:
+    """Python.h of this interpreter, which Triton's launcher (and Inductor's C++) compile against; None when absent."""
+    import sysconfig
+
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return header if header.is_file() else None
+
+
+def compile_prerequisites(device: str) -> str | None:
+    """One line saying what torch.compile on `device` lacks on this machine, or None."""
+    in_image = Path("/opt/proven-torch/expect.json").is_file()
+    fix = "the image is supposed to ship it: rebuild the image" if in_image else "install it"
+    if find_compiler(device) is None:
+        need = "a C++ compiler ($CXX, g++ or clang++) for Inductor's CPU backend" if device == "cpu" else (
+            "a C compiler ($CC, gcc or clang) for Triton's launcher"
+        )
+        return f"torch.compile on {device} needs {need}; none found on PATH: {fix} (Debian: apt-get install gcc g++)"
+    if python_headers() is None:
+        import sysconfig
+
+        return (
+            f"torch.compile on {device} needs Python's headers (Python.h), not found in {sysconfig.get_paths()['include']}: "
+            f"{fix} (Debian: apt-get install python3-dev)"
+        )
+    return None
+
+
 def compile_and_compare(device: str) -> Outcome:
     import torch
 
+    missing = compile_prerequisites(device)
+    if missing:
+        return failed(missing)
     compiler = find_compiler(device)
-    if compiler is None:
-        need = "a C++ compiler (g++) for Inductor's CPU backend" if device == "cpu" else "a C compiler (gcc) for Triton"
-        return failed(f"torch.compile on {device} needs {need}; none found on PATH. The image is supposed to ship gcc/g++: rebuild it")
     if device == "cpu":  # "No CUDA runtime is found, using CUDA_HOME=..." is noise for a CPU compile
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device).eval()
     x = torch.randn(16, 32, device=device)
-    with torch.no_grad():  # inference graph only: half the compile time of a training graph
-        eager = model(x)
-        compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break raises instead of running eager
-        out = compiled(x)
-        again = compiled(x + 1)
-        eager_again = model(x + 1)
+    try:
+        with torch.no_grad():  # inference graph only: half the compile time of a training graph
+            eager = model(x)
+            compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break raises instead of running eager
+            out = compiled(x)
+            again = compiled(x + 1)
+            eager_again = model(x + 1)
+    except Exception as err:  # Inductor's errors are pages long: the first line says what failed
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        return failed(f"torch.compile on {device} failed: {type(err).__name__}: {first}")
     err = max((out - eager).abs().max().item(), (again - eager_again).abs().max().item())
     if not err <= 1e-4:
         return failed(f"torch.compile on {device} differs from eager by {err:.2e}")
-    backend = "Inductor/Triton" if device == "cuda" else f"Inductor C++ ({compiler})"
+    backend = f"Inductor/Triton ({compiler})" if device == "cuda" else f"Inductor C++ ({compiler})"
     return passed(f"{device}, {backend}: matches eager (max abs diff {err:.1e})")
 
 

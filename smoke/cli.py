@@ -1,5 +1,7 @@
-"""python -m smoke --expect '<json>' [--require-gpu] [--json-out PATH] [--only a,b]
+"""python -m smoke [--expect '<json>'|@FILE | --as-installed] [--require-gpu] [--json-out PATH] [--only a,b]
 
+With no --expect, the image's own spec (/opt/proven-torch/expect.json, made from
+the variant matrix at build time) says what to expect.
 Exit status: 0 every required check passed, 1 a check failed, 2 bad arguments.
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from smoke import checks, rules
-from smoke.expect import UsageError, load_expect
+from smoke.expect import UsageError, expect_from_facts, load_expect, load_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -26,13 +28,10 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="python -m smoke", description="Validate a proven-torch image against its pins.")
-    parser.add_argument("--expect", required=True, help="expectations as JSON, or @FILE holding them")
-    parser.add_argument("--require-gpu", action="store_true", help="GPU checks that cannot run fail instead of skip")
+    add_expect_arguments(parser)
     parser.add_argument("--json-out", type=Path, help="write the full result as JSON here")
     parser.add_argument("--only", help=f"comma-separated subset of: {','.join(checks.NAMES)}")
     args = parser.parse_args(argv)
-    args.expect = load_expect(args.expect)
-    args.require_gpu = args.require_gpu or args.expect["require_gpu"]
     if args.only is not None:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in checks.NAMES]
@@ -47,6 +46,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         except OSError as err:
             raise UsageError(f"--json-out {args.json_out}: cannot write there ({err.strerror or err})") from None
     return args
+
+
+def add_expect_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say what to expect and whether a GPU is required (smoke and proof share them)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--expect", help="expectations as JSON, or @FILE holding them (default: the image's own, /opt/proven-torch/expect.json)"
+    )
+    source.add_argument(
+        "--as-installed",
+        action="store_true",
+        help="expect what is installed (versions as found, NVIDIA's minimum driver for its CUDA line): "
+        "for a bare host with its own torch, not for an image",
+    )
+    parser.add_argument("--require-gpu", action="store_true", help="GPU checks that cannot run fail instead of skip")
+
+
+def resolve_expect(args: argparse.Namespace, torch_module=None) -> dict:
+    """The expectations the arguments ask for (UsageError when there are none)."""
+    if args.expect is not None:
+        return load_expect(args.expect)
+    if args.as_installed:
+        if torch_module is None:
+            import torch as torch_module
+        from smoke import facts as facts_mod
+
+        return expect_from_facts(facts_mod.collect(torch_module), variant="as installed")
+    return load_spec()["expect"]
 
 
 def _row(name: str, status: str, seconds: str, detail: str) -> str:
@@ -114,37 +141,47 @@ def write_json(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    try:
-        args = parse_args(argv)
-    except UsageError as err:
-        print(f"smoke: error: {err}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
+def run_suite(expect: dict, require_gpu: bool, out: TextIO, json_out: Path | None = None, only: list[str] | None = None) -> dict:
+    """Run the checks, printing the facts, one row per check as it ends, and the summary.
 
+    Returns the result (also written to `json_out` after every check, so a crash
+    leaves the partial result behind with ok: false).
+    """
     started = time.monotonic()
     import torch
 
     from smoke import facts as facts_mod
 
     facts = facts_mod.collect(torch)
-    ctx = checks.Context(expect=args.expect, require_gpu=args.require_gpu, facts=facts)
-    payload = {"ok": False, "complete": False, "require_gpu": args.require_gpu, "expect": args.expect, "facts": facts, "checks": []}
+    ctx = checks.Context(expect=expect, require_gpu=require_gpu, facts=facts)
+    payload = {"ok": False, "complete": False, "require_gpu": require_gpu, "expect": expect, "facts": facts, "checks": []}
 
-    for line in facts_lines(facts, args.expect, args.require_gpu):
+    for line in facts_lines(facts, expect, require_gpu):
         print(line, file=out, flush=True)
     print(_row("CHECK", "STATUS", "SECONDS", "DETAIL"), file=out, flush=True)
 
     def emit(record: dict) -> None:
         print(_row(record["name"], record["status"].upper(), f"{record['seconds']:.1f}", record["detail"]), file=out, flush=True)
         payload["checks"].append(record)
-        if args.json_out:  # written as each check ends, so a crash leaves the partial result (ok: false)
-            write_json(args.json_out, payload)
+        if json_out:
+            write_json(json_out, payload)
 
-    records = run_checks(ctx, args.only, emit)
+    records = run_checks(ctx, only, emit)
     ok = verdict(records)
-    payload.update(ok=ok, complete=True)
-    if args.json_out:
-        write_json(args.json_out, payload)
+    payload.update(ok=ok, complete=True, seconds=round(time.monotonic() - started, 1))
+    if json_out:
+        write_json(json_out, payload)
     print(summary_line(records, ok, time.monotonic() - started), file=out, flush=True)
-    return EXIT_OK if ok else EXIT_FAILED
+    return payload
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        args = parse_args(argv)
+        expect = resolve_expect(args)
+    except UsageError as err:
+        print(f"smoke: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    payload = run_suite(expect, args.require_gpu, out, args.json_out, args.only)
+    return EXIT_OK if payload["ok"] else EXIT_FAILED

@@ -37,24 +37,36 @@ def verify(rank: int, world: int, observed: dict[str, list[float]]) -> list[str]
     return problems
 
 
-def run_collectives(torch, dist, device) -> dict[str, list[float]]:
+class CollectiveFailed(Exception):
+    """A collective did not complete in time (another rank stalled or died); one line."""
+
+
+def bounded(rank: int, what: str, timeout: float, run) -> None:
+    try:
+        run()
+    except RuntimeError as err:  # gloo's timeout / closed connection, NCCL's DistBackendError
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise CollectiveFailed(f"rank {rank}: {what} did not complete within {timeout:g} s (another rank stalled or died): {first}") from None
+
+
+def run_collectives(torch, dist, device, timeout: float = 60.0) -> dict[str, list[float]]:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     t = torch.full((SIZE,), float(rank + 1), device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    bounded(rank, "all_reduce", timeout, lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM))
     reduced = t[:4].tolist()
     if not torch.all(t == t[0]).item():
         reduced = [float("nan")] * 4
 
     b = torch.arange(SIZE, dtype=torch.float32, device=device) if rank == 0 else torch.zeros(SIZE, device=device)
-    dist.broadcast(b, src=0)
+    bounded(rank, "broadcast", timeout, lambda: dist.broadcast(b, src=0))
     broadcast = b[:4].tolist()
     if not torch.equal(b, torch.arange(SIZE, dtype=torch.float32, device=device)):
         broadcast = [float("nan")] * 4
 
     mine = torch.full((SIZE,), float(rank), device=device)
     gathered = [torch.empty(SIZE, device=device) for _ in range(world)]
-    dist.all_gather(gathered, mine)
+    bounded(rank, "all_gather", timeout, lambda: dist.all_gather(gathered, mine))
     all_gather = [g[0].item() if torch.all(g == g[0]).item() else float("nan") for g in gathered]
 
     return {"all_reduce": reduced, "broadcast": broadcast, "all_gather": all_gather}
@@ -83,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         dist.init_process_group(args.backend, timeout=timeout)
     try:
-        observed = run_collectives(torch, dist, device)
-        dist.barrier()
+        observed = run_collectives(torch, dist, device, args.timeout)
+        bounded(rank, "barrier", args.timeout, dist.barrier)
+        problems = verify(rank, world, observed)
+    except CollectiveFailed as err:
+        observed, problems = {}, [str(err)]
     finally:
         dist.destroy_process_group()
-    problems = verify(rank, world, observed)
     record = {"rank": rank, "world": world, "backend": args.backend, "device": str(device), "observed": observed, "problems": problems}
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record))
     for line in problems:

@@ -1,9 +1,20 @@
-"""Parse and validate the expectations build.py passes with --expect."""
+"""The expectations the smoke suite checks against, and the image's baked spec.
+
+Every image carries its spec, generated from the variant matrix at build time
+(/opt/proven-torch/expect.json): the pins the smoke suite expects and the
+settings of the PPO gate. `--expect` overrides the pins; `--as-installed` takes
+them from the installed stack instead (a bare host that has its own torch).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from smoke import rules
+
+BAKED_SPEC = Path("/opt/proven-torch/expect.json")
 
 
 class UsageError(Exception):
@@ -21,11 +32,32 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "nccl": ((str,), True, True),
     "python": ((str,), False, True),
     "min_driver": ((str,), True, True),
-    "require_gpu": ((bool,), False, False),
     # optional: CUDA line -> minimum driver, so a too-old driver gets a line it can run
     "driver_lines": ((dict,), True, False),
 }
 KEYS = tuple(_SCHEMA)
+
+
+def spec_path() -> Path:
+    """Where the image's spec is: $PROVEN_TORCH_SPEC, else the baked file."""
+    return Path(os.environ.get("PROVEN_TORCH_SPEC") or BAKED_SPEC)
+
+
+def load_spec(path: Path | None = None) -> dict:
+    """The spec file ({"expect": {...}, "ppo_gate": {...}}), its expectations validated."""
+    path = path or spec_path()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"no expectations: {path} does not exist (not a proven-torch image?); "
+            "pass --expect JSON|@FILE, or --as-installed to check the installed stack against itself"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the image spec {path}: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("expect"), dict) or not isinstance(data.get("ppo_gate"), dict):
+        raise UsageError(f"{path}: not an image spec (needs the objects 'expect' and 'ppo_gate')")
+    return {**data, "expect": validate_expect(data["expect"])}
 
 
 def load_expect(arg: str) -> dict:
@@ -64,7 +96,7 @@ def validate_expect(data: object) -> dict:
         if value is None:
             if key in data and not nullable:
                 raise UsageError(f"--expect {key} must not be null")
-            out[key] = False if key == "require_gpu" else None
+            out[key] = None
             continue
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             wanted = " or ".join(t.__name__ for t in types)
@@ -92,6 +124,6 @@ def expect_from_facts(facts: dict, min_driver: str | None = None, variant: str |
             "cudnn": facts["cudnn"],
             "nccl": facts["nccl"],
             "python": ".".join(facts["python"].split(".")[:2]),
-            "min_driver": min_driver,
+            "min_driver": min_driver or rules.min_driver_for(facts["cuda"]),
         }
     )

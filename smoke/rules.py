@@ -328,6 +328,20 @@ def arch_problems(gpus: list[tuple[str, tuple[int, int]]], arch_list: list[str])
 # --------------------------------------------------------------------------- driver
 
 
+# The oldest NVIDIA driver each CUDA major version runs on (CUDA minor-version
+# compatibility: a driver of the major's first release runs every minor of it),
+# https://docs.nvidia.com/deploy/cuda-compatibility/ ("Minor Version Compatibility").
+# CUDA 13.x needs the R580 driver line or newer.
+CUDA_MAJOR_MIN_DRIVER = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
+
+
+def min_driver_for(cuda_line: str | None) -> str | None:
+    """NVIDIA's minimum driver for a CUDA line ('12.8' -> '525.60.13'); None when unknown or no CUDA."""
+    if not cuda_line:
+        return None
+    return CUDA_MAJOR_MIN_DRIVER.get(str(cuda_line).split(".")[0])
+
+
 @dataclass(frozen=True)
 class DriverVerdict:
     status: str  # "pass" | "fail" | "missing"

@@ -10,26 +10,31 @@ from __future__ import annotations
 
 import json
 
-import docker.types
 import pytest
 
-from pipeline.validate import ppo_command, run_step, smoke_command
+from pipeline.containers import run_in_image
+from pipeline.validate import proof_command
 
 pytestmark = pytest.mark.gpu
 
-GPUS = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+@pytest.fixture(scope="module")
+def gpu_proof(docker, image):
+    return run_in_image(docker, image, proof_command(require_gpu=True), timeout_s=1800, gpus=1, shm_size="2g", fetch="/tmp/validation")
 
 
-def test_smoke_with_gpu_required_passes(docker, image, variant):
-    step = run_step(docker, image, "smoke --require-gpu", smoke_command(variant, gpu=True), gpus=1, timeout_s=900)
-    report = json.loads(step.files["smoke.json"])
-    assert step.exit_code == 0, [c for c in report["checks"] if c["status"] != "pass"]
-    assert all(c["status"] == "pass" for c in report["checks"]), "a GPU check was skipped on a GPU host"
-    assert report["facts"]["gpu_count"] >= 1
+def test_proof_with_gpu_required_passes(gpu_proof):
+    record = json.loads(gpu_proof.files["proof.json"])
+    assert gpu_proof.exit_code == 0, record["failures"]
+    assert record["gpu"] is True and record["verdict"].startswith("proof: PROVEN on ")
 
 
-def test_ppo_gate_solves_on_the_gpu(docker, image, variant):
-    step = run_step(docker, image, "PPO on cuda", ppo_command(variant, "cuda", require_gpu=True), gpus=1, timeout_s=900)
-    result = json.loads(step.files["ppo/result.json"])
-    assert step.exit_code == 0 and result["solved"] and result["device"].startswith("cuda")
+def test_no_gpu_check_was_skipped(gpu_proof):
+    smoke = json.loads(gpu_proof.files["smoke.json"])
+    assert all(c["status"] == "pass" for c in smoke["checks"]), [c for c in smoke["checks"] if c["status"] != "pass"]
+    assert smoke["facts"]["gpu_count"] >= 1
 
+
+def test_ppo_gate_solved_on_the_gpu(gpu_proof):
+    result = json.loads(gpu_proof.files["ppo/result.json"])
+    assert result["solved"] and result["device"].startswith("cuda")

@@ -71,7 +71,7 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory) -> RunResult | None:
 
 @pytest.fixture(scope="session")
 def image(docker, pipeline_run) -> str:
-    """The ID of the validated cu128 image."""
+    """The ID of the validated (and stamped) cu128 image."""
     if pipeline_run is None:
         return docker.images.get(os.environ["PROVEN_TORCH_TEST_IMAGE"]).id
-    return pipeline_run.image_id
+    return pipeline_run.stamped_id

@@ -1,4 +1,4 @@
-"""The smoke suite and the PPO benchmark as a user runs them inside the image."""
+"""The proof, the smoke suite and the PPO benchmark as a user runs them inside the image."""
 
 from __future__ import annotations
 
@@ -6,23 +6,92 @@ import json
 
 import pytest
 
-from pipeline.validate import ppo_command, run_step, smoke_command
+from pipeline.containers import run_in_image
+from smoke import checks
 
 pytestmark = pytest.mark.image
 
+OUT = "/tmp/out"
+
+
+def run(docker, image, command: list[str], timeout_s: float = 900, **kwargs):
+    """A command through the image's entrypoint, as `docker run --rm IMAGE COMMAND` runs it."""
+    return run_in_image(docker, image, command, timeout_s=timeout_s, fetch=OUT, **kwargs)
+
 
 @pytest.fixture(scope="module")
-def smoke_required_gpu(docker, image, variant):
-    """`python -m smoke --require-gpu` on a host without a GPU."""
-    return run_step(docker, image, "smoke --require-gpu", smoke_command(variant, gpu=True), gpus=0, timeout_s=900)
+def cpu_proof(docker, image):
+    """`docker run --rm IMAGE proof --out DIR` on a host without a GPU."""
+    return run(docker, image, ["proof", "--out", OUT], timeout_s=1200, shm_size="1g")
 
 
-def test_require_gpu_fails_without_a_gpu(smoke_required_gpu):
-    assert smoke_required_gpu.exit_code == 1
+def test_proof_passes_on_the_cpu(cpu_proof):
+    assert cpu_proof.exit_code == 0, cpu_proof.stdout[-3000:] + cpu_proof.stderr[-3000:]
+    record = json.loads(cpu_proof.files["proof.json"])
+    assert record["ok"] is True and record["gpu"] is False
 
 
-def test_require_gpu_turns_every_gpu_check_into_a_failure(smoke_required_gpu):
-    report = json.loads(smoke_required_gpu.files["smoke.json"])
+def test_proof_says_gpu_checks_not_run_in_one_verdict_line(cpu_proof):
+    verdicts = [line for line in cpu_proof.stdout.splitlines() if line.startswith("proof: ")]
+    assert verdicts[0].startswith("proof: PROVEN on the CPU only") and "GPU checks not run" in verdicts[0]
+
+
+def test_proof_json_names_every_check(cpu_proof):
+    record = json.loads(cpu_proof.files["proof.json"])
+    assert [c["name"] for c in record["smoke"]["checks"]] == list(checks.NAMES)
+
+
+def test_proof_writes_the_learning_curve(cpu_proof):
+    assert cpu_proof.files["ppo/learning_curve.png"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_proof_compares_with_the_release_figures(cpu_proof, docker, image):
+    """The stamped image carries the release's PPO figures; the proof gives the like-for-like ratio."""
+    record = json.loads(cpu_proof.files["proof.json"])
+    comparison = record["release_comparison"]
+    assert comparison["comparable"] is True and comparison["device"] == "cpu"
+    assert comparison["sps_ratio"] > 0
+    assert "against the release (cpu:" in cpu_proof.stdout
+    release = json.loads(docker.images.get(image).labels["io.proven-torch.release-ppo"])
+    assert comparison["release"] == release
+
+
+def test_proof_require_gpu_without_a_gpu_is_one_line_exit_3(docker, image):
+    done = run(docker, image, ["proof", "--require-gpu"], timeout_s=300)
+    assert done.exit_code == 3
+    assert done.stderr.strip().count("\n") == 0 and done.stderr.startswith("proof: no usable GPU")
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_proof_bad_argument_exits_2(docker, image):
+    done = run(docker, image, ["proof", "--no-such-flag"], timeout_s=120)
+    assert done.exit_code == 2 and done.stderr.startswith("proof: error:")
+
+
+def test_smoke_with_no_arguments_checks_the_baked_pins(docker, image, variant):
+    done = run(docker, image, ["python", "-m", "smoke", "--only", "versions,driver", "--json-out", f"{OUT}/smoke.json"], timeout_s=300)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    result = json.loads(done.files["smoke.json"])
+    assert result["expect"]["torch"] == variant.torch and result["expect"]["cuda"] == variant.cuda
+
+
+def test_proof_fails_when_the_baked_pins_disagree(docker, image):
+    """An image whose spec disagrees with what is installed does not pass its proof."""
+    script = (
+        "import json; s = json.load(open('/opt/proven-torch/expect.json')); s['expect']['torch'] = '0.0.1'; "
+        "json.dump(s, open('/tmp/wrong.json', 'w'))"
+    )
+    done = run(docker, image, ["bash", "-c", f'python -c "{script}" && proof --spec /tmp/wrong.json --out {OUT}'], timeout_s=600)
+    assert done.exit_code == 1
+    record = json.loads(done.files["proof.json"])
+    assert record["ok"] is False and "versions" in record["failures"][0]
+    assert "ppo" not in record  # the gate does not run after a failed check
+
+
+def test_smoke_require_gpu_turns_every_gpu_check_into_a_failure(docker, image):
+    done = run(docker, image, ["python", "-m", "smoke", "--require-gpu", "--json-out", f"{OUT}/smoke.json"], timeout_s=900)
+    assert done.exit_code == 1
+    report = json.loads(done.files["smoke.json"])
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert report["ok"] is False and report["require_gpu"] is True
     assert "skip" not in statuses.values()
@@ -33,10 +102,13 @@ def test_require_gpu_turns_every_gpu_check_into_a_failure(smoke_required_gpu):
 
 def test_gymnasium_backend_solves_cartpole_and_writes_its_outputs(docker, image, variant):
     """The path users take: gymnasium vector envs (CleanRL's defaults), on the CPU."""
-    command = ppo_command(variant, "cpu", require_gpu=False)
-    command[command.index("--backend") + 1] = "gymnasium"
-    command[command.index("--total-timesteps") + 1] = "500000"
-    step = run_step(docker, image, "PPO gymnasium backend", command, gpus=0, timeout_s=900)
+    gate = variant.ppo_gate
+    command = [
+        "python", "-m", "ppo_bench", "--backend", "gymnasium", "--env-id", gate.env_id, "--seed", str(gate.seed),
+        "--total-timesteps", "500000", "--target-return", str(gate.target_return), "--device", "cpu",
+        "--out-dir", f"{OUT}/ppo", "--stop-at-target", "--fail-below-target", "--no-progress",
+    ]  # fmt: skip
+    step = run(docker, image, command)
     result = json.loads(step.files["ppo/result.json"])
     assert step.exit_code == 0, result
     assert result["solved"] and result["backend"] == "gymnasium" and result["final_mean_return"] >= 475

@@ -48,13 +48,39 @@ def test_report_says_pushed_and_cpu_only(report, run_result):
     assert report["status"] == "pushed"
     assert report["gpu"] is False
     assert report["validated_image_id"] == run_result.validated_id
-    assert report["image_id"] == run_result.image_id
+    assert report["stamped_image_id"] == run_result.stamped_id
     assert report["validation"]["ok"] is True
+
+
+def test_the_report_comes_from_the_proof(report, run_result):
+    """build.py validates by running `proof` in the image: its record is the report's."""
+    proof = json.loads(run_result.report_path.with_name("proof.json").read_text())
+    assert report["validation"]["smoke"] == proof["smoke"] and report["validation"]["ppo"] == proof["ppo"]
+    assert report["validation"]["verdict"] == proof["verdict"] and proof["verdict"].startswith("proof: PROVEN on the CPU only")
+    assert [s["name"] for s in report["validation"]["stages"]] == ["labels, spec and size", "hygiene scan", "SBOM and audit", "proof"]
+    assert {s["status"] for s in report["validation"]["stages"]} == {"pass"}
+
+
+def test_the_stamped_record_does_not_change_after_the_push(report, run_result):
+    """validation.json is hashed into a label; the push has a record of its own."""
+    record = json.loads(run_result.report_path.with_name("validation.json").read_text())
+    assert record == report["validation"]
+    assert report["push"]["refs"] == run_result.pushed and report["push"]["compressed_bytes"] > 1e9
+
+
+def test_release_figures_travel_with_the_image(docker, run_result, report):
+    config = docker.images.get(run_result.stamped_id).attrs["Config"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    release = json.loads(env["PROVEN_TORCH_RELEASE"])
+    assert json.loads(config["Labels"]["io.proven-torch.release-ppo"]) == release
+    ppo = report["validation"]["ppo"]
+    assert release["device"] == ppo["device"] and release["steps_to_target"] == ppo["steps_to_target"]
+    assert release["sps"] == round(ppo["sps_end_to_end"])
 
 
 def test_pushed_image_has_exactly_the_validated_layers(docker, run_result):
     validated = docker.images.get(run_result.validated_id).attrs["RootFS"]["Layers"]
-    assert docker.images.get(run_result.image_id).attrs["RootFS"]["Layers"] == validated
+    assert docker.images.get(run_result.stamped_id).attrs["RootFS"]["Layers"] == validated
 
 
 def test_report_holds_smoke_checks_and_ppo_result(report, variant):
@@ -72,11 +98,11 @@ def test_tags_name_torch_cuda_python_and_revision(run_result, variant):
 
 def test_every_tag_names_the_validated_image(docker, run_result):
     for ref in run_result.tags:
-        assert docker.images.get(ref).id == run_result.image_id
+        assert docker.images.get(ref).id == run_result.stamped_id
 
 
 def test_label_says_gpu_validation_false(docker, run_result):
-    assert docker.images.get(run_result.image_id).labels["io.proven-torch.gpu-validated"] == "false"
+    assert docker.images.get(run_result.stamped_id).labels["io.proven-torch.gpu-validated"] == "false"
 
 
 @pytest.mark.parametrize(
@@ -88,12 +114,12 @@ def test_label_says_gpu_validation_false(docker, run_result):
     ],
 )  # fmt: skip
 def test_oci_label_present(docker, run_result, key):
-    value = docker.images.get(run_result.image_id).labels.get(key)
+    value = docker.images.get(run_result.stamped_id).labels.get(key)
     assert value and value != "unknown"
 
 
 def test_version_labels_match_the_image(docker, run_result, report):
-    labels = docker.images.get(run_result.image_id).labels
+    labels = docker.images.get(run_result.stamped_id).labels
     facts = report["validation"]["smoke"]["facts"]
     assert labels["io.proven-torch.torch"] == facts["torch_release"]
     assert labels["io.proven-torch.cuda"] == facts["cuda"]
@@ -104,7 +130,7 @@ def test_version_labels_match_the_image(docker, run_result, report):
 def test_validation_label_carries_the_report_digest(docker, run_result):
     import hashlib
 
-    labels = docker.images.get(run_result.image_id).labels
+    labels = docker.images.get(run_result.stamped_id).labels
     record = (run_result.report_path.parent / "validation.json").read_bytes()
     assert labels["io.proven-torch.validation"] == "passed"
     assert labels["io.proven-torch.validation-sha256"] == hashlib.sha256(record).hexdigest()
@@ -117,7 +143,7 @@ def test_registry_holds_exactly_the_tested_image(run_result):
         resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
         assert resp.status_code == 200
         assert resp.headers["Docker-Content-Digest"] == digest
-        assert resp.json()["config"]["digest"] == run_result.image_id
+        assert resp.json()["config"]["digest"] == run_result.stamped_id
 
 
 # --- bad images are never tagged -------------------------------------------------
@@ -144,14 +170,14 @@ def _assert_refused(docker, image_id, variant, tmp_path, match):
 def test_image_without_torch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
     broken = _derive(docker, image, "rm -rf /opt/venv/lib/python*/site-packages/torch")
     try:
-        _assert_refused(docker, broken, variant, tmp_path, "smoke checks failed")
+        _assert_refused(docker, broken, variant, tmp_path, "torch does not import")
         assert docker.images.get(broken).tags == []
     finally:
         docker.images.remove(broken, force=True)
 
 
 def test_pin_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
-    _assert_refused(docker, image, dataclasses.replace(variant, nccl="0.0.1"), tmp_path, "smoke checks failed")
+    _assert_refused(docker, image, dataclasses.replace(variant, nccl="0.0.1"), tmp_path, "spec differs from images/variants.toml in nccl")
 
 
 def test_label_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
@@ -252,7 +278,7 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, tmp_path):
 
 def _copy_context(dest):
     """A copy of the build context, to change without touching the checkout."""
-    for folder in ("container", "smoke", "ppo_bench", "images/locks"):
+    for folder in ("container", "smoke", "ppo_bench", "images/locks", "images/expect"):
         shutil.copytree(REPO_ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / ".dockerignore", dest)
     return dest
@@ -339,7 +365,7 @@ def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path)
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
     """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
     from pipeline import audit as audit_mod
-    from pipeline.validate import supply_chain_checks
+    from pipeline.validate import Findings, Request, sbom_and_audit
 
     db = tmp_path / "osv"
     db.mkdir()
@@ -359,8 +385,9 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     allow = [audit_mod.Allowed(id="CVE-0000-0001", package="tqdm", reason="fixture", expires=__import__("datetime").date(2099, 1, 1))]
     packages = [{"name": "tqdm", "version": version}]
     assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
-    _, result, failures = supply_chain_checks(docker, image, variant, tmp_path / "run", db)
-    assert result["status"] == "fail" and failures
+    found = Findings()
+    failures = sbom_and_audit(Request(docker, image, variant, 0, tmp_path / "run", advisories=db), found)
+    assert found.audit["status"] == "fail" and failures
 
 
 def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant, tmp_path):
@@ -413,7 +440,7 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, tmp_path):
 
 def test_sbom_is_pushed_with_the_image(run_result, report):
     """An OCI artifact whose subject is the pushed image, holding the very SBOM file of the report."""
-    sbom = report["validation"]["sbom"]["registry"]
+    sbom = report["push"]["sbom"]
     assert sbom["pushed"] is True, sbom
     repo_ref, tag = sbom["ref"].rsplit(":", 1)
     repo = repo_ref.split("/", 1)[1]

@@ -13,8 +13,8 @@ import pytest
 from pipeline.build_image import build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
-from pipeline.render import HEADER, dockerfile_path, render, stale_dockerfiles
-from pipeline.run import BuildConfig, check_push_allowed
+from pipeline.render import HEADER, dockerfile_path, render, stale_files
+from pipeline.run import BuildConfig, check_request
 from pipeline.tags import compute_tags, image_ref
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 
@@ -35,7 +35,7 @@ def cu128(matrix):
 
 
 def test_committed_dockerfiles_are_not_stale(matrix):
-    assert stale_dockerfiles(matrix) == []
+    assert stale_files(matrix) == []
 
 
 @pytest.mark.parametrize("name", ["cu118", "cu121", "cu126", "cu128", "cu130"])
@@ -76,7 +76,7 @@ def test_project_files_come_after_every_pip_layer(matrix, cu128):
 
 def test_drift_is_detected(tmp_path, matrix, cu128):
     (tmp_path / "Dockerfile.cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
-    stale = {p.name for p in stale_dockerfiles(matrix, root=tmp_path)}
+    stale = {p.name for p in stale_files(matrix, root=tmp_path)}
     assert "Dockerfile.cu128" in stale and "Dockerfile.cu118" in stale  # edited and missing
 
 
@@ -170,9 +170,9 @@ def test_other_failure_names_the_step(cu128, tmp_path):
 def test_push_without_gpu_needs_explicit_consent(matrix, cu128):
     config = BuildConfig(matrix=matrix, variant=cu128, push=True)
     with pytest.raises(UsageError, match="--allow-cpu-validation"):
-        check_push_allowed(config, gpus=0)
-    check_push_allowed(BuildConfig(matrix=matrix, variant=cu128, push=True, allow_cpu_validation=True), gpus=0)
-    check_push_allowed(config, gpus=2)
+        check_request(config, gpus=0)
+    check_request(BuildConfig(matrix=matrix, variant=cu128, push=True, allow_cpu_validation=True), gpus=0)
+    check_request(config, gpus=2)
 
 
 # --- the CLI, end to end, as a user runs it ----------------------------------------
@@ -234,3 +234,22 @@ def test_readme_variant_table_is_the_matrix(matrix):
     readme = (REPO_ROOT / "README.md").read_text()
     block = readme.split("<!-- variant-table", 1)[1].split("-->", 1)[1].split("<!-- /variant-table -->", 1)[0]
     assert block.strip() == variant_table_markdown(matrix)
+
+
+# --- the baked spec -----------------------------------------------------------------
+
+
+def test_the_rendered_spec_is_accepted_and_a_changed_one_is_named(cu128):
+    import json
+
+    from pipeline.render import render_spec
+    from pipeline.validate import spec_problem
+
+    assert spec_problem(render_spec(cu128).encode(), cu128) is None
+    changed = json.loads(render_spec(cu128))
+    changed["expect"]["nccl"] = "0.0.1"
+    changed["ppo_gate"]["target_return"] = 1.0
+    assert spec_problem(json.dumps(changed).encode(), cu128) == (
+        "the image's spec differs from images/variants.toml in nccl, ppo_gate: rebuild after `python build.py render`"
+    )
+    assert "has no /opt/proven-torch/expect.json" in spec_problem(None, cu128)

@@ -75,9 +75,29 @@ def test_unknown_torch(matrix):
 
 
 def test_expectations_carry_the_pins(matrix):
-    exp = resolve(matrix, "12.8").expectations(require_gpu=True)
-    assert exp["torch"] == "2.9.1" and exp["cuda"] == "12.8" and exp["require_gpu"] is True
-    assert isinstance(exp["cudnn"], int)
+    variant = resolve(matrix, matrix.default_cuda)
+    exp = variant.expectations()
+    assert (exp["torch"], exp["cuda"], exp["cudnn"], exp["min_driver"]) == (variant.torch, variant.cuda, variant.cudnn, variant.min_driver)
+    assert "require_gpu" not in exp  # whether a GPU is required is the caller's flag, not a pin
+
+
+@pytest.mark.parametrize("name", ["cu118", "cu121", "cu126", "cu128", "cu130"])
+def test_baked_spec_is_valid_for_smoke_and_carries_the_gate(matrix, name):
+    from smoke.expect import validate_expect
+
+    variant = matrix.by_name(name)
+    spec = variant.spec()
+    assert validate_expect(spec["expect"]) == {**spec["expect"]}
+    assert spec["ppo_gate"]["target_return"] == matrix.ppo_gate.target_return
+    assert spec["ppo_gate"]["total_timesteps"] == matrix.ppo_gate.total_timesteps
+
+
+def test_driver_floors_are_nvidias(matrix):
+    """Each line's minimum driver is NVIDIA's for its CUDA major (minor-version compatibility)."""
+    from smoke.rules import min_driver_for
+
+    for variant in matrix.variants:
+        assert variant.min_driver == min_driver_for(variant.cuda), variant.name
 
 
 def _write(tmp_path, text):

@@ -156,3 +156,76 @@ def test_torchrun_two_gloo_processes(tmp_path):
     # ... although each rank stepped its own environments.
     assert not torch.equal(r0["envs"]["state"], r1["envs"]["state"])
     assert r0["episodes"] == r1["episodes"]  # every rank saw all ranks' episodes
+
+
+def torchrun_argv(out, *extra):
+    return ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), "-m", "ppo_bench", "--device", "cpu", "--seed", "1",
+            "--out-dir", str(out), "--no-progress", *TINY, *extra]
+
+
+@pytest.mark.parametrize("target_kl", ["0.001", "0.01"])
+def test_torchrun_ranks_stop_their_epochs_together(tmp_path, target_kl):
+    """Early stopping on KL is decided on the ranks' mean KL: with a tight limit some updates stop
+    early, every rank runs the same epochs (else one waits forever in all_reduce), weights stay equal."""
+    out = tmp_path / "kl"
+    proc = run_cli(torchrun_argv(out, "--target-kl", target_kl, "--total-timesteps", str(2 * 16 * 16 * 12),
+                                 "--learning-rate", "0.01"),
+                   timeout=180, env_extra={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
+    assert len(r0["update_epochs"]) == 12 and r0["update_epochs"] == r1["update_epochs"]
+    assert min(r0["update_epochs"]) < 4, r0["update_epochs"]  # the limit did cut updates short
+    for key, value in r0["agent"].items():
+        assert torch.equal(value, r1["agent"][key]), key
+
+
+def _rank_pids(parent: int) -> dict[int, int]:
+    """{RANK: pid} of torchrun's workers (children of `parent`), read from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                found[int(item[5:])] = int(entry.name)
+    return found
+
+
+def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
+    """A rank that stops answering (SIGSTOP: a hung node) ends the job within --dist-timeout plus
+    torchrun's teardown, with one line naming the rank that waited and the collective."""
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    argv = torchrun_argv(tmp_path / "stall", "--total-timesteps", "100000000", "--dist-timeout", "10",
+                         "--progress-interval", "0.5")
+    proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:  # rank 0's progress lines: the job is training
+            if "| mean return" in line or time.monotonic() > deadline:
+                break
+        ranks = _rank_pids(proc.pid)
+        assert set(ranks) == {0, 1}, ranks
+        stopped_at = time.monotonic()
+        os.kill(ranks[1], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert took < 90, took
+    lines = [ln for ln in err.splitlines() if ln.startswith("ppo_bench: error: rank 0 of 2:")]
+    assert len(lines) == 1 and "did not complete within 10 s" in lines[0], err[-3000:]

@@ -199,6 +199,16 @@ def test_dist_verify_catches_wrong_numbers():
     assert dist_worker.verify(0, 2, {})  # nothing reported is a failure
 
 
+def test_a_collective_that_times_out_is_one_line_naming_rank_and_collective():
+    def stalled():
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:598] Timed out waiting 5000ms for recv operation to complete\nmore")
+
+    with pytest.raises(dist_worker.CollectiveFailed) as err:
+        dist_worker.bounded(1, "all_reduce", 5, stalled)
+    assert str(err.value).startswith("rank 1: all_reduce did not complete within 5 s")
+    assert "\n" not in str(err.value) and "Timed out waiting" in str(err.value)
+
+
 def test_bounded_run_kills_at_deadline_and_keeps_stderr():
     code = "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(60)"
     done = checks.run_bounded([sys.executable, "-c", code], timeout=3)
@@ -229,6 +239,25 @@ def test_compile_without_a_compiler_fails_clearly(monkeypatch):
     outcome = checks.compile_and_compare("cpu")
     assert outcome.status == "fail"
     assert "C++ compiler" in outcome.detail and "g++" in outcome.detail
+    assert "\n" not in outcome.detail and "apt-get install gcc g++" in outcome.detail
+
+
+def test_triton_compiler_is_looked_up_as_triton_does(monkeypatch):
+    """$CC first, then gcc, then clang; a bare GPU host with only clang is fine."""
+    monkeypatch.setattr(checks.shutil, "which", lambda name: f"/usr/bin/{name}" if name == "clang" else None)
+    monkeypatch.delenv("CC", raising=False)
+    assert checks.find_compiler("cuda") == "/usr/bin/clang"
+    monkeypatch.setattr(checks.shutil, "which", lambda name: f"/opt/{name}" if name in ("mycc", "gcc") else None)
+    monkeypatch.setenv("CC", "mycc")
+    assert checks.find_compiler("cuda") == "/opt/mycc"
+
+
+def test_missing_python_headers_is_one_line_for_a_bare_host(monkeypatch):
+    monkeypatch.setattr(checks, "python_headers", lambda: None)
+    monkeypatch.setattr(checks, "find_compiler", lambda device: "/usr/bin/gcc")
+    problem = checks.compile_prerequisites("cuda")
+    assert problem.startswith("torch.compile on cuda needs Python's headers (Python.h)")
+    assert "python3-dev" in problem and "\n" not in problem
 
 
 # --------------------------------------------------------------------------- shm / DataLoader

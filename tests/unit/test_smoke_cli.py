@@ -125,9 +125,10 @@ def test_require_gpu_fails_on_a_host_without_gpu(host_expect, tmp_path):
     assert "smoke: FAILED" in done.stdout and "gpu" in done.stdout.splitlines()[-1]
 
 
-def test_require_gpu_in_expectations_counts_too(host_expect):
+def test_require_gpu_is_a_flag_not_an_expectation(host_expect):
     expect = {**json.loads(host_expect), "require_gpu": True}
-    assert smoke("--expect", json.dumps(expect), "--only", "gpu").returncode == 1
+    done = smoke("--expect", json.dumps(expect), "--only", "gpu")
+    assert done.returncode == 2 and "unknown key(s) require_gpu" in done.stderr
 
 
 def test_expect_from_a_file_and_a_wrong_pin_fails(host_expect, tmp_path):

@@ -1,0 +1,139 @@
+"""The one way the pipeline runs a program in a container of an image.
+
+Every run is bounded by a deadline (the container is killed at it), labelled so
+`scripts/ci-cleanup.sh` finds strays, and always removed with its anonymous
+volumes. Output is either streamed line by line (long steps: the user watches
+them) or captured (tools whose stdout is data).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from pipeline.errors import Interrupted
+
+ROLE_LABEL = {"io.proven-torch.role": "validation"}
+
+
+@dataclass(frozen=True)
+class Finished:
+    exit_code: int  # 124 when killed at the deadline
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool
+    files: dict[str, bytes] = field(default_factory=dict)  # the `fetch` folder, by relative name
+
+
+def device_requests(gpus: int):
+    """Every GPU of the host (`--gpus all`) when it has any."""
+    if gpus <= 0:
+        return None
+    import docker.types
+
+    return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+
+def fetch_dir(container, path: str) -> dict[str, bytes]:
+    """Copy a folder out of a (stopped) container: {relative name: bytes}; {} when it was never written."""
+    try:
+        stream, _ = container.get_archive(path)
+    except Exception:
+        return {}
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                name = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                files[name] = tar.extractfile(member).read()
+    return files
+
+
+def read_file(client, image_id: str, path: str) -> bytes | None:
+    """One file of the image, read without running anything (a created, never started container)."""
+    container = client.containers.create(image_id, command=["true"], labels=ROLE_LABEL)
+    try:
+        files = fetch_dir(container, path)
+    finally:
+        container.remove(force=True, v=True)
+    return next(iter(files.values()), None) if len(files) == 1 else None
+
+
+def run_in_image(
+    client,
+    image_id: str,
+    command: list[str],
+    *,
+    timeout_s: float,
+    entrypoint: list[str] | None = None,
+    user: str | None = None,
+    network: bool = True,
+    gpus: int = 0,
+    shm_size: str | None = None,
+    stream: bool = False,
+    fetch: str | None = None,
+    what: str = "a step",
+) -> Finished:
+    """Run `command` in a fresh container of the image and wait for it (at most `timeout_s`).
+
+    With `stream`, output is printed as it comes ("  │ line") and returned as
+    stdout; otherwise stdout and stderr are captured apart. `fetch` is a folder
+    inside the container to copy out before the container is removed.
+    """
+    start = time.monotonic()
+    container = client.containers.create(
+        image_id,
+        command=command,
+        entrypoint=entrypoint,
+        user=user or "",
+        network_disabled=not network,
+        device_requests=device_requests(gpus),
+        shm_size=shm_size,
+        labels=ROLE_LABEL,
+    )
+    timed_out = threading.Event()
+
+    def kill_at_deadline() -> None:
+        timed_out.set()
+        try:
+            container.kill()
+        except Exception:
+            pass
+
+    timer = threading.Timer(timeout_s, kill_at_deadline)
+    streamed: list[str] = []
+    try:
+        container.start()
+        timer.start()
+        if stream:
+            for chunk in container.logs(stream=True, follow=True):
+                for line in chunk.decode(errors="replace").splitlines():
+                    streamed.append(line)
+                    print(f"  │ {line}", flush=True)
+        exit_code = container.wait(timeout=timeout_s + 60)["StatusCode"]
+        if stream:
+            stdout, stderr = "\n".join(streamed), ""
+        else:
+            stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+            stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        files = fetch_dir(container, fetch) if fetch else {}
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted during {what}; nothing was tagged or pushed") from None
+    finally:
+        timer.cancel()
+        try:
+            container.remove(force=True, v=True)
+        except Exception:
+            pass
+    return Finished(
+        exit_code=124 if timed_out.is_set() else exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=time.monotonic() - start,
+        timed_out=timed_out.is_set(),
+        files=files,
+    )

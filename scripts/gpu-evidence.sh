@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU evidence from a bare GPU machine (no Docker, no network): the project's
+# proof and the PPO throughput configuration, run from a checkout on the host's
+# own torch, with everything they print kept as evidence.
+#
+#   bash scripts/gpu-evidence.sh [OUT_DIR]
+#
+# Writes OUT_DIR (default docs/evidence/<date>-<GPU>/): the proof (smoke.json,
+# proof.json, the gate's result.json and learning curve), throughput-*.json,
+# machine.txt, evidence.log and summary.md. Each step has its own timeout; the
+# whole run stays under 8 minutes. The expectations are "as installed" (the
+# machine's torch is not the image's); NVIDIA's minimum driver for its CUDA line
+# still applies. gymnasium, tensorboard and matplotlib are optional.
+#
+# PYTHON picks the interpreter (default python3). GPU_EVIDENCE_CPU=1 runs the
+# same steps on the CPU with a small throughput configuration, to test this
+# script where no GPU is: its output says so and is never GPU evidence.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+CPU_ONLY=${GPU_EVIDENCE_CPU:-0}
+SPEC=$("$PY" -c 'import tomllib; m = tomllib.load(open("images/variants.toml", "rb")); d = m["project"]["default_cuda"]; print(next(f"images/expect/{k}.json" for k, v in m["variants"].items() if v["cuda"] == d))')
+GPU_NAME=$("$PY" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no-GPU")' 2>/dev/null || echo unknown)
+SLUG=$(printf '%s' "$GPU_NAME" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//')
+OUT=${1:-docs/evidence/$(date -u +%Y-%m-%d)-$SLUG}
+mkdir -p "$OUT"
+LOG="$OUT/evidence.log"
+: >"$LOG"
+
+say() { printf '==> %s\n' "$*" | tee -a "$LOG"; }
+# step NAME SECONDS CMD...: run bounded, keep the output, record the exit status.
+step() {
+    local name=$1 limit=$2 status
+    shift 2
+    say "$name: $*"
+    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$LOG"
+    status=${PIPESTATUS[0]}
+    say "$name: exit $status"
+    printf '%s %s\n' "$name" "$status" >>"$OUT/steps.txt"
+}
+: >"$OUT/steps.txt"
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host: $(uname -a)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') x $(nproc)"
+    "$PY" -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())'
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    [[ "$CPU_ONLY" == 1 ]] && echo "GPU_EVIDENCE_CPU=1: a CPU test run of this script, NOT GPU evidence"
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt" | tee -a "$LOG"
+
+if [[ "$CPU_ONLY" == 1 ]]; then
+    REQUIRE=() DEVICE=cpu ENVS=256 STEPS=16 TOTAL=200000 GRAPHS=() AMP=bf16
+else
+    REQUIRE=(--require-gpu) DEVICE=cuda ENVS=16384 STEPS=16 TOTAL=26214400 GRAPHS=(--cuda-graphs) AMP=bf16
+fi
+
+# 1. The proof: smoke suite (GPU checks required), the PPO gate on the GPU, the same gate on the CPU for the ratio.
+step proof 300 "$PY" -m smoke.proof --as-installed --spec "$SPEC" "${REQUIRE[@]}" --out "$OUT/proof"
+
+# 2. Throughput: many environments, CUDA graphs, without and with AMP.
+for amp in off "$AMP"; do
+    step "throughput-amp-$amp" 150 "$PY" -m ppo_bench --device "$DEVICE" --num-envs "$ENVS" --num-steps "$STEPS" \
+        "${GRAPHS[@]}" --amp "$amp" --total-timesteps "$TOTAL" --no-progress --out-dir "$OUT/throughput-amp-$amp"
+    [[ -f "$OUT/throughput-amp-$amp/result.json" ]] && cp "$OUT/throughput-amp-$amp/result.json" "$OUT/throughput-amp-$amp.json"
+    rm -f "$OUT"/throughput-amp-"$amp"/checkpoint.pt
+done
+rm -f "$OUT"/proof/ppo*/checkpoint.pt
+
+"$PY" scripts/evidence-summary.py "$OUT" | tee "$OUT/summary.md"
+say "evidence in $OUT"

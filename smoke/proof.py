@@ -1,0 +1,328 @@
+"""`proof`: prove this image on this host: the smoke suite, then the PPO gate.
+
+    docker run --rm --gpus all IMAGE proof [--require-gpu] [--out DIR]
+    python -m smoke.proof --as-installed --spec images/expect/cu128.json --out DIR   (a bare host)
+
+What to expect and how the gate runs come from the image's own spec
+(/opt/proven-torch/expect.json, generated from images/variants.toml). build.py
+validates every image with this same command, so a user's run and the release's
+run are the same proof; the release's PPO figures travel with the image
+(PROVEN_TORCH_RELEASE, stamped after validation) and are compared here.
+
+Exit codes: 0 proven; 1 a check or the PPO gate failed; 2 bad arguments;
+3 --require-gpu and no usable GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from smoke import cli, facts, rules
+from smoke.expect import UsageError, load_spec
+
+EXIT_PROVEN, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+PPO_TIMEOUT_S = 900.0
+SCHEMA = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = _Parser(
+        prog="proof",
+        description="Prove this proven-torch image on this host: the smoke suite, then the PPO gate.",
+        epilog="exit codes: 0 proven; 1 a check or the PPO gate failed; 2 bad arguments; 3 --require-gpu and no usable GPU",
+    )
+    cli.add_expect_arguments(parser)
+    parser.add_argument("--out", type=Path, help="write proof.json, smoke.json and the PPO outputs (learning_curve.png) here")
+    parser.add_argument(
+        "--spec", type=Path, help="the image spec to prove against (default: $PROVEN_TORCH_SPEC, else /opt/proven-torch/expect.json)"
+    )
+    parser.add_argument(
+        "--ppo-timeout", type=float, default=PPO_TIMEOUT_S, help="seconds the PPO gate may take (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--cpu-ratio",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on a GPU, also run the gate on the CPU and report the GPU/CPU steps/s ratio (default: on)",
+    )
+    return parser.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def where(smoke_facts: dict, host_cpu: str) -> dict:
+    """What the proof ran on: GPUs and driver, or the CPU."""
+    gpus = smoke_facts.get("gpus") or []
+    names = sorted({g["name"] for g in gpus})
+    return {
+        "gpu": bool(smoke_facts.get("cuda_available")) and bool(gpus),
+        "gpus": [g["name"] for g in gpus],
+        "gpu_names": names,
+        "driver": smoke_facts.get("driver"),
+        "cpu": host_cpu,
+    }
+
+
+def verdict_line(ok: bool, place: dict, failures: list[str], require_gpu: bool) -> str:
+    """The one line that says what was proven where (or what failed)."""
+    if not ok:
+        return "proof: FAILED: " + "; ".join(failures)
+    if place["gpu"]:
+        count = len(place["gpus"])
+        return (
+            f"proof: PROVEN on {', '.join(place['gpu_names'])}, driver {place['driver'] or 'unknown'}, "
+            f"{count} GPU{'s' if count != 1 else ''}"
+        )
+    return f"proof: PROVEN on the CPU only ({place['cpu']}): GPU checks not run{'' if require_gpu else ' (no GPU visible)'}"
+
+
+def release_comparison(release: dict | None, runs: dict[str, dict]) -> dict | None:
+    """This host's PPO figures against the release's, like for like (same device kind).
+
+    `release` is what validation stamped (device, steps/s, seconds and steps to
+    target); `runs` maps a device kind ("cpu", "cuda") to this host's result.json.
+    """
+    if not release:
+        return None
+    kind = str(release.get("device", "")).split(":")[0]
+    mine = runs.get(kind)
+    out = {"release": release, "device": kind, "comparable": bool(mine)}
+    if not mine:
+        return out
+    sps, rel_sps = mine.get("sps_end_to_end"), release.get("sps")
+    secs, rel_secs = mine.get("seconds_to_target"), release.get("seconds_to_target")
+    out.update(
+        sps=sps,
+        seconds_to_target=secs,
+        steps_to_target=mine.get("steps_to_target"),
+        sps_ratio=round(sps / rel_sps, 2) if sps and rel_sps else None,
+        seconds_ratio=round(secs / rel_secs, 2) if secs and rel_secs else None,
+    )
+    return out
+
+
+def comparison_line(comparison: dict | None) -> str:
+    if comparison is None:
+        return "release figures: none in this image (not stamped by a validated build)"
+    rel = comparison["release"]
+    on = f"{comparison['device']}: {rel.get('device_name') or '?'}"
+    if not comparison["comparable"]:
+        return f"release figures are from {on}; this host did not run the gate there: no like-for-like ratio"
+    parts = []
+    if comparison.get("sps_ratio") is not None:
+        parts.append(f"steps/s {comparison['sps']:,.0f} vs {rel['sps']:,.0f} ({comparison['sps_ratio']:.2f}x)")
+    if comparison.get("seconds_ratio") is not None:
+        parts.append(
+            f"seconds to target {comparison['seconds_to_target']:.1f} vs {rel['seconds_to_target']:.1f} "
+            f"({comparison['seconds_ratio']:.2f}x)"
+        )
+    return f"against the release ({on}): " + ("; ".join(parts) or "no figures to compare")
+
+
+def ppo_failure(gate: dict, result: dict, exit_code: int | None) -> str | None:
+    if exit_code == 0 and result.get("solved"):
+        return None
+    got = result.get("final_mean_return")
+    if exit_code is None:
+        return f"PPO gate timed out ({gate['env_id']})"
+    if got is not None:
+        return f"PPO gate: {gate['env_id']} mean return {got:.1f} < {gate['target_return']:g}"
+    return f"PPO gate failed (exit {exit_code}, no result)"
+
+
+def ppo_command(gate: dict, device: str, out_dir: Path) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "ppo_bench",
+        "--backend", gate["backend"], "--env-id", gate["env_id"], "--seed", str(gate["seed"]),
+        "--total-timesteps", str(gate["total_timesteps"]), "--target-return", str(gate["target_return"]),
+        "--device", device, "--out-dir", str(out_dir),
+        "--stop-at-target", "--fail-below-target", "--no-progress",
+    ]  # fmt: skip
+    return cmd + (["--require-gpu"] if device == "cuda" else [])
+
+
+# --------------------------------------------------------------------------- effects
+
+
+def host_cpu() -> str:
+    """'AMD EPYC 7B13, 2 cores' (the cores this process may use)."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} core{'s' if cores != 1 else ''}"
+
+
+def load_release() -> dict | None:
+    text = os.environ.get("PROVEN_TORCH_RELEASE")
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  | ") -> int | None:
+    """Run `cmd`, copying its output line by line; None when killed at the deadline."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(prefix + line.rstrip("\n"), file=out, flush=True)
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return None if killed.is_set() else code
+
+
+def run_gate(gate: dict, device: str, out_dir: Path, timeout: float, out: TextIO) -> tuple[dict, int | None]:
+    print(f"==> PPO gate on {device}: {gate['env_id']} must reach a mean return of {gate['target_return']:g}", file=out, flush=True)
+    code = run_streamed(ppo_command(gate, device, out_dir), timeout, out)
+    try:
+        result = json.loads((out_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        result = {}
+    return result, code
+
+
+def write_json(path: Path, payload: dict) -> None:
+    cli.write_json(path, payload)
+
+
+def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
+    """The proof; returns (exit code, proof record)."""
+    started = time.monotonic()
+    spec = load_spec(args.spec)
+    expect = None if args.as_installed else (cli.load_expect(args.expect) if args.expect else spec["expect"])
+    gate = spec["ppo_gate"]
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="proof-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record: dict = {
+        "schema": SCHEMA,
+        "ok": False,
+        "require_gpu": args.require_gpu,
+        "variant": spec.get("variant"),
+        "ppo_gate": gate,
+        "failures": [],
+    }
+
+    try:
+        import torch
+    except Exception as err:  # an image whose torch is broken or missing: a failed proof, said in one line
+        record["failures"] = [f"torch does not import: {type(err).__name__}: {err}"]
+        record["verdict"] = f"proof: FAILED: {record['failures'][0]}"
+        return EXIT_FAILED, record
+
+    expect = expect or cli.resolve_expect(args, torch)
+    record["expect"] = expect
+    # The driver before any CUDA call: a too-old driver gets one line that names
+    # the driver needed, instead of a failure deep inside torch.
+    driver, _source = facts.driver_version()
+    if driver:
+        floor = rules.driver_status(driver, expect.get("min_driver"), expect.get("cuda"), expect.get("driver_lines"))
+        if floor.status == "fail":
+            record["failures"] = [floor.message]
+            record["verdict"] = f"proof: FAILED: {floor.message}"
+            return EXIT_FAILED, record
+    if args.require_gpu and not torch.cuda.is_available():
+        reason = cli.checks.Context(expect=expect, require_gpu=True, facts=facts.collect(torch)).no_gpu_reason()
+        record["failures"] = [f"--require-gpu: no usable GPU: {reason}"]
+        record["verdict"] = f"proof: no usable GPU, and --require-gpu was given: {reason}"
+        return EXIT_NO_GPU, record
+
+    smoke = cli.run_suite(expect, args.require_gpu, out, out_dir / "smoke.json")
+    place = where(smoke["facts"], host_cpu())
+    record.update(smoke=smoke, where=place, gpu=place["gpu"])
+    failures = []
+    if not smoke["ok"]:
+        bad = [c["name"] for c in smoke["checks"] if c["status"] == "fail" or (c["status"] == "skip" and c["required"])]
+        failures.append(f"smoke check(s) failed: {', '.join(bad) or 'incomplete'}")
+
+    runs: dict[str, dict] = {}
+    if not failures:
+        device = "cuda" if place["gpu"] else "cpu"
+        result, code = run_gate(gate, device, out_dir / "ppo", args.ppo_timeout, out)
+        record["ppo"] = result
+        runs[device] = result
+        problem = ppo_failure(gate, result, code)
+        if problem:
+            failures.append(problem)
+        elif device == "cuda" and args.cpu_ratio:
+            cpu, _ = run_gate(gate, "cpu", out_dir / "ppo-cpu", args.ppo_timeout, out)
+            record["ppo_cpu"] = cpu
+            runs["cpu"] = cpu
+            if cpu.get("sps_end_to_end") and result.get("sps_end_to_end"):
+                record["gpu_cpu_sps_ratio"] = round(result["sps_end_to_end"] / cpu["sps_end_to_end"], 2)
+    comparison = release_comparison(load_release(), runs)
+    record["release_comparison"] = comparison
+    if runs:
+        print(comparison_line(comparison), file=out, flush=True)
+    if record.get("gpu_cpu_sps_ratio"):
+        print(f"GPU/CPU steps/s ratio of the gate: {record['gpu_cpu_sps_ratio']:.2f}x", file=out, flush=True)
+    record.update(ok=not failures, failures=failures, seconds=round(time.monotonic() - started, 1), out=str(out_dir))
+    record["verdict"] = verdict_line(not failures, place, failures, args.require_gpu)
+    return (EXIT_PROVEN if not failures else EXIT_FAILED), record
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        args = parse_args(argv)
+    except UsageError as err:
+        print(f"proof: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    try:
+        code, record = prove(args, out)
+    except UsageError as err:
+        print(f"proof: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except Exception as err:  # a crash is a failed proof with its reason, in proof.json too
+        problem = f"proof crashed: {type(err).__name__}: {err}".splitlines()[0][:300]
+        code, record = EXIT_FAILED, {"schema": SCHEMA, "ok": False, "failures": [problem], "verdict": f"proof: FAILED: {problem}"}
+    if args.out:
+        write_json(args.out / "proof.json", record)
+    stream = out if code == EXIT_PROVEN else sys.stderr
+    print(record["verdict"], file=stream, flush=True)
+    if args.out:
+        print(f"proof: outputs in {args.out}", file=out, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

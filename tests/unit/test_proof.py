@@ -1,0 +1,134 @@
+"""The proof's pure parts (verdict, release comparison) and `python -m smoke.proof` on this host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.render import spec_path
+from pipeline.variants import load_matrix
+from smoke import proof
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+H100 = {"gpu": True, "gpus": ["NVIDIA H100 80GB HBM3"], "gpu_names": ["NVIDIA H100 80GB HBM3"], "driver": "570.86.15", "cpu": "x, 8 cores"}
+CPU = {"gpu": False, "gpus": [], "gpu_names": [], "driver": None, "cpu": "AMD EPYC 7B13, 2 cores"}
+
+
+def test_verdict_names_the_gpu_and_the_driver():
+    assert proof.verdict_line(True, H100, [], require_gpu=True) == "proof: PROVEN on NVIDIA H100 80GB HBM3, driver 570.86.15, 1 GPU"
+
+
+def test_verdict_on_the_cpu_says_gpu_checks_not_run():
+    line = proof.verdict_line(True, CPU, [], require_gpu=False)
+    assert line.startswith("proof: PROVEN on the CPU only (AMD EPYC 7B13, 2 cores)") and "GPU checks not run" in line
+
+
+def test_verdict_of_a_failure_lists_what_failed():
+    assert proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"], False) == "proof: FAILED: smoke check(s) failed: versions; x"
+
+
+def test_where_counts_gpus_only_when_cuda_works():
+    facts = {"gpus": [{"name": "A"}, {"name": "A"}], "driver": "580.1", "cuda_available": False}
+    assert proof.where(facts, "cpu")["gpu"] is False
+    place = proof.where({**facts, "cuda_available": True}, "cpu")
+    assert place["gpu"] is True and place["gpus"] == ["A", "A"] and place["gpu_names"] == ["A"]
+
+
+RELEASE = {"device": "cpu", "device_name": "AMD EPYC, 2 cores", "sps": 100_000, "seconds_to_target": 2.0, "steps_to_target": 180_224}
+
+
+def test_release_comparison_is_like_for_like():
+    mine = {"sps_end_to_end": 150_000.0, "seconds_to_target": 1.0, "steps_to_target": 180_224}
+    comparison = proof.release_comparison(RELEASE, {"cpu": mine, "cuda": {"sps_end_to_end": 9e6}})
+    assert comparison["comparable"] and comparison["sps_ratio"] == 1.5 and comparison["seconds_ratio"] == 0.5
+    assert "(1.50x)" in proof.comparison_line(comparison)
+
+
+def test_release_from_another_device_gives_no_ratio():
+    comparison = proof.release_comparison({**RELEASE, "device": "cuda:0"}, {"cpu": {"sps_end_to_end": 1.0}})
+    assert comparison["comparable"] is False and "sps_ratio" not in comparison
+    assert "no like-for-like ratio" in proof.comparison_line(comparison)
+
+
+def test_no_release_figures_is_said():
+    assert proof.release_comparison(None, {"cpu": {}}) is None
+    assert "none in this image" in proof.comparison_line(None)
+
+
+GATE = {"env_id": "CartPole-v1", "target_return": 475.0}
+
+
+@pytest.mark.parametrize(
+    ("result", "code", "expected"),
+    [
+        ({"solved": True}, 0, None),
+        ({"solved": False, "final_mean_return": 120.0}, 3, "PPO gate: CartPole-v1 mean return 120.0 < 475"),
+        ({}, None, "PPO gate timed out (CartPole-v1)"),
+        ({}, 1, "PPO gate failed (exit 1, no result)"),
+    ],
+)
+def test_ppo_failure(result, code, expected):
+    assert proof.ppo_failure(GATE, result, code) == expected
+
+
+def test_ppo_command_follows_the_gate_and_requires_the_gpu_it_runs_on(tmp_path):
+    gate = load_matrix().ppo_gate
+    command = proof.ppo_command(vars(gate), "cuda", tmp_path)
+    assert command[command.index("--total-timesteps") + 1] == str(gate.total_timesteps)
+    assert "--require-gpu" in command and "--fail-below-target" in command
+    assert "--require-gpu" not in proof.ppo_command(vars(gate), "cpu", tmp_path)
+
+
+def run_proof(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smoke.proof", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def host_proof(tmp_path_factory):
+    """The proof on this host's own torch (as a bare GPU machine runs it), against the default spec's gate."""
+    matrix = load_matrix()
+    out = tmp_path_factory.mktemp("proof")
+    spec = spec_path(matrix.by_name(next(v.name for v in matrix.variants if v.is_default)))
+    done = run_proof("--as-installed", "--spec", str(spec), "--out", str(out))
+    return done, json.loads((out / "proof.json").read_text()), out
+
+
+def test_host_proof_passes_and_writes_its_outputs(host_proof):
+    done, record, out = host_proof
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert record["ok"] and record["ppo"]["solved"] and (out / "ppo" / "learning_curve.png").exists()
+    assert record["expect"]["variant"] == "as installed"
+
+
+def test_host_proof_prints_the_table_then_one_verdict(host_proof):
+    done, record, _ = host_proof
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("CHECK ") for line in lines)
+    assert [line for line in lines if line.startswith("proof: PROVEN") or line.startswith("proof: FAILED")] == [record["verdict"]]
+
+
+def test_no_spec_is_one_line_and_exit_2(tmp_path):
+    done = run_proof("--spec", str(tmp_path / "none.json"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("proof: error: no expectations") and done.stderr.count("\n") == 1
+
+
+def test_expect_and_as_installed_exclude_each_other():
+    done = run_proof("--expect", "{}", "--as-installed")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
+def test_gpu_evidence_script_runs_end_to_end_in_its_cpu_test_mode(tmp_path):
+    """The GPU evidence script, as far as a machine without a GPU can take it: it says it is no evidence."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "GPU_EVIDENCE_CPU": "1", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "scripts/gpu-evidence.sh", str(tmp_path / "ev")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = (tmp_path / "ev" / "summary.md").read_text()
+    assert "NOT GPU evidence" in summary and "proof: PROVEN on the CPU only" in summary
+    assert "| throughput-amp-off | 0 |" in summary and "| throughput-amp-bf16 | 0 |" in summary
