@@ -1,5 +1,5 @@
 # The two commands of the README. Both prepare the host first (idempotent).
-#   make image   build and validate the default image (cu128)
+#   make image   build and validate the default image (2.9-cu128)
 #   make test    run the test suite: unit + image tests (Docker, no GPU)
 
 CUDA ?= 12.8

@@ -50,7 +50,7 @@ def make_parser() -> argparse.ArgumentParser:
         "reports/index.html from every report.json under --report-dir; advisories: rewrite the audit's "
         "advisory snapshot in images/advisories/ from --from DIR",
     )
-    parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda)")
+    parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several torch lines, the first listed unless --torch picks another")
     parser.add_argument(
         "--torch",
         help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
@@ -106,16 +106,28 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def carried_advisories(matrix) -> dict[str, dict]:
+    """Per variant: the known high/critical advisories its pins carry (the snapshot and allowlist's view)."""
+    from pipeline.render import advisories_section
+
+    return {v.name: advisories_section(v) for v in matrix.variants}
+
+
 def variant_table_markdown(matrix) -> str:
     """The README's variant table, made from the matrix (a unit test keeps the README in step)."""
+    carried = carried_advisories(matrix)
+    as_of = next(iter(carried.values()))["as_of"]
     rows = [
-        "| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | wheels from | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories (as of {as_of}) | wheels from | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in matrix.variants:
         name = f"**{v.name}** (default)" if v.is_default else v.name
+        ids = ", ".join(row["id"] for row in carried[v.name]["carried"])
+        advisories = carried[v.name]["summary"] + (f": {ids}" if ids else "")
         rows.append(
-            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {v.index} | {v.note} |"
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {advisories} "
+            f"| {v.index} | {v.note} |"
         )
     return "\n".join(rows)
 
@@ -124,13 +136,17 @@ def cmd_list(matrix, markdown: bool = False) -> int:
     if markdown:
         print(variant_table_markdown(matrix))
         return 0
-    print(f"{'variant':8} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
+    carried = carried_advisories(matrix)
+    print(f"{'variant':11} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
     for v in matrix.variants:
         star = "*" if v.is_default else " "
-        print(f"{v.name + star:8} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}")
+        print(f"{v.name + star:11} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}")
+        ids = ", ".join(row["id"] for row in carried[v.name]["carried"])
+        print(f"{'':11} advisories: {carried[v.name]['summary']}{': ' + ids if ids else ''}")
         if v.note:
-            print(f"{'':8} note: {v.note}")
-    print("* default")
+            print(f"{'':11} note: {v.note}")
+    first = next(iter(carried.values()))
+    print(f"* default; advisories: high and critical, PyPA data as of {first['as_of']} (images/advisories/), accepted in images/audit-allowlist.toml")
     return 0
 
 
@@ -149,7 +165,7 @@ def cmd_render(matrix, check: bool) -> int:
     return 0
 
 
-def cmd_lock(matrix, cuda: str | None, check: bool) -> int:
+def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool) -> int:
     from pipeline.lock import compile_lock, lock_status, write_lock
     from pipeline.render import render_all
 
@@ -161,7 +177,7 @@ def cmd_lock(matrix, cuda: str | None, check: bool) -> int:
         if stale:
             raise UsageError(f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit")
         return 0
-    variant = resolve(matrix, cuda)
+    variant = resolve(matrix, cuda, torch)
     print(f"==> resolving {variant.name} with uv against {variant.index}", flush=True)
     for path in write_lock(matrix, variant, compile_lock(matrix, variant)):
         print(f"wrote {path.relative_to(REPO_ROOT)}")
@@ -186,6 +202,13 @@ def cmd_build(matrix, args) -> int:
     from pipeline.run import BuildConfig, run
 
     variant = resolve(matrix, args.cuda, args.torch)
+    others = [v for v in matrix.variants if v.cuda == variant.cuda and v is not variant]
+    if others and args.torch is None:
+        print(
+            f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
+            f"{variant.name} (the matrix's first); --torch {others[0].torch_minor} builds {others[0].name}",
+            flush=True,
+        )
     config = BuildConfig(
         matrix=matrix,
         variant=variant,
@@ -215,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_index(args.report_dir)}")
             return 0
         if args.command == "lock":
-            return cmd_lock(matrix, args.cuda, args.check)
+            return cmd_lock(matrix, args.cuda, args.torch, args.check)
         if args.command == "advisories":
             return cmd_advisories(args.from_dir, args.source, args.as_of)
         if args.command == "render":

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import UsageError
+from smoke.rules import STALE_AFTER_DAYS
 from pipeline.variants import REPO_ROOT
 
 SNAPSHOT_DIR = REPO_ROOT / "images" / "advisories"
 SNAPSHOT_DATA = "osv-pypi.jsonl.gz"
 SNAPSHOT_META = "snapshot.json"
-STALE_AFTER_DAYS = 30
 
 
 @dataclass(frozen=True)

@@ -27,29 +27,54 @@ ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
 FAILING = {"HIGH", "CRITICAL", "UNKNOWN"}  # UNKNOWN: no record says it is below HIGH
 
 
+MAX_ALLOW_DAYS = 184  # an accepted finding is looked at again within six months
+
+
 @dataclass(frozen=True)
 class Allowed:
+    """A finding accepted on purpose: which advisory, in which package (and versions), why, until when."""
+
     id: str
     package: str
     reason: str
     expires: dt.date
+    versions: tuple[str, ...] = ()  # empty: every version of the package
+    affects: str = ""  # what an attacker needs, in the image's terms
+    fixed: str = ""  # the first release without it
+
+    def covers(self, ids: set[str], package: str, version: str) -> bool:
+        return self.id in ids and self.package == _norm(package) and (not self.versions or version in self.versions)
 
 
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def load_allowlist(path: Path = ALLOWLIST_PATH) -> list[Allowed]:
+def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) -> list[Allowed]:
+    """The accepted findings; an entry that expires more than six months after `today` is refused."""
     if not path.exists():
         return []
     try:
         data = tomllib.loads(path.read_text())
-        return [
-            Allowed(id=e["id"], package=_norm(e["package"]), reason=e["reason"], expires=e["expires"])
+        entries = [
+            Allowed(
+                id=e["id"], package=_norm(e["package"]), reason=e["reason"], expires=e["expires"],
+                versions=tuple(e.get("versions", ())), affects=e.get("affects", ""), fixed=e.get("fixed", ""),
+            )
             for e in data.get("allow", [])
-        ]
+        ]  # fmt: skip
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
         raise UsageError(f"{path}: each [[allow]] needs id, package, reason and expires (a date): {err}") from None
+    today = today or dt.date.today()
+    for entry in entries:
+        if not isinstance(entry.expires, dt.date) or not entry.reason.strip():
+            raise UsageError(f"{path}: {entry.id} ({entry.package}) needs a reason and an expires date")
+        if (entry.expires - today).days > MAX_ALLOW_DAYS:
+            raise UsageError(
+                f"{path}: {entry.id} ({entry.package}) expires {entry.expires}, more than six months away; "
+                "accept a finding for at most six months, then look at it again"
+            )
+    return entries
 
 
 def _in_range(version: Version, events: list[dict]) -> bool:
@@ -189,9 +214,11 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
         for group in _group([r for r in live if matches(r, pkg["name"], pkg["version"])]):
             finding = _finding(group, pkg)
             ids = {finding["id"], *finding["aliases"]}
-            entry = next((a for a in allowlist if a.id in ids and a.package == _norm(pkg["name"])), None)
+            entry = next((a for a in allowlist if a.covers(ids, pkg["name"], pkg["version"])), None)
             if entry and entry.expires >= today:
-                allowed.append({**finding, "reason": entry.reason, "expires": entry.expires.isoformat()})
+                allowed.append(
+                    {**finding, "reason": entry.reason, "expires": entry.expires.isoformat(), "affects": entry.affects, "fixed": entry.fixed}
+                )
             else:
                 if entry:
                     expired.append({"id": entry.id, "package": entry.package, "expired": entry.expires.isoformat()})
@@ -199,6 +226,7 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
     failing = [f for f in findings if f["severity"] in FAILING]
     return {
         "status": "fail" if failing else "pass",
+        "accepted": [f"{f['id']} ({f['severity']}) in {f['package']} {f['version']}" for f in allowed],
         "records": len(records),
         "packages": len(packages),
         "findings": findings,
@@ -206,3 +234,34 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
         "allowed": allowed,
         "expired_allowlist": expired,
     }
+
+
+def word(result: dict) -> str:
+    """What the audit says in one word: fail, stale (passed on data past its age), or pass."""
+    if result["status"] == "fail":
+        return "fail"
+    return "stale" if result.get("stale") else "pass"
+
+
+def line_packages(variant) -> list[dict]:
+    """The packages a variant pins (torch, torchvision, torchaudio and [packages]), as the audit reads them."""
+    pins = [("torch", variant.torch), ("torchvision", variant.torchvision), ("torchaudio", variant.torchaudio), *variant.packages]
+    return [{"name": name, "version": version} for name, version in pins]
+
+
+def carried(variant, records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> list[dict]:
+    """The known HIGH/CRITICAL advisories a line carries in its pins, each marked accepted or not."""
+    result = audit(line_packages(variant), records, allowlist, today)
+    rows = [{**f, "accepted": True} for f in result["allowed"]] + [{**f, "accepted": False} for f in result["findings"]]
+    order = {"CRITICAL": 0, "HIGH": 1, "UNKNOWN": 2}
+    return sorted((r for r in rows if r["severity"] in FAILING), key=lambda r: (order[r["severity"]], r["id"]))
+
+
+def carried_summary(rows: list[dict]) -> str:
+    """'none known', or '2 high (accepted)' / '1 critical, 8 high (accepted)'."""
+    if not rows:
+        return "none known"
+    counts = {level: sum(r["severity"] == level for r in rows) for level in ("CRITICAL", "HIGH", "UNKNOWN")}
+    text = ", ".join(f"{n} {level.lower()}" for level, n in counts.items() if n)
+    open_ = sum(not r["accepted"] for r in rows)
+    return text + (" (accepted)" if not open_ else f" ({open_} not accepted: the build fails)")

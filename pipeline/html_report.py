@@ -56,12 +56,15 @@ def _audit_section(audit: dict | None) -> str:
     if audit.get("stale"):
         as_of += " <span class='skip'>stale: audit again with fresh advisories</span>"
     table = "<table id='audit'>" + _rows([
-        ("result", _status(audit.get("status", "?"))),
+        ("result", _status("fail" if audit.get("status") == "fail" else ("stale" if audit.get("stale") else "pass"))),
         ("advisory database", f"<code>{_e(audit.get('database'))}</code>, {_e(audit.get('records'))} records"),
         ("as of", as_of),
         ("Python packages checked", _e(audit.get("packages"))),
     ]) + "</table>"  # fmt: skip
-    rows = [(f, "") for f in audit.get("findings", [])] + [(f, f"allowed until {f['expires']}: {f['reason']}") for f in audit.get("allowed", [])]
+    rows = [(f, "") for f in audit.get("findings", [])] + [
+        (f, f"accepted until {f['expires']}: {f['reason']}" + (f"; affects: {f['affects']}" if f.get("affects") else "") + (f"; fixed in {f['fixed']}" if f.get("fixed") else ""))
+        for f in audit.get("allowed", [])
+    ]
     if not rows:
         return table + "<p class='pass'>no known advisory matches a package in the image</p>"
     return (

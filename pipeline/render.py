@@ -1,7 +1,7 @@
 """Render one Dockerfile and one spec per variant from images/.
 
 The Dockerfiles are rendered from images/Dockerfile.template and committed at
-the top level (Dockerfile.cu128, ...); the specs (images/expect/cu128.json, ...)
+the top level (Dockerfile.2.9-cu128, ...); the specs (images/expect/2.9-cu128.json, ...)
 are what each image must prove, baked into it for `proof` and `python -m smoke`.
 `python build.py render --check` fails when a committed file differs from what
 the template and the matrix make now (CI runs it).
@@ -9,6 +9,7 @@ the template and the matrix make now (CI runs it).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -86,8 +87,25 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
     return root / "images" / "expect" / f"{variant.name}.json"
 
 
+def advisories_section(variant: Variant) -> dict:
+    """The known high and critical advisories the line's pins carry, by the committed snapshot and allowlist."""
+    from pipeline import advisories, audit
+
+    database = advisories.load_snapshot()
+    # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
+    # so the rendered file does not change with the date (the build's audit applies it).
+    rows = audit.carried(variant, database.records, audit.load_allowlist(), today=dt.date.min)
+    keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires")
+    return {
+        "database": database.source,
+        "as_of": database.as_of.isoformat() if database.as_of else None,
+        "summary": audit.carried_summary(rows),
+        "carried": [{k: row.get(k) for k in keep} for row in rows],
+    }
+
+
 def render_spec(variant: Variant) -> str:
-    return json.dumps(variant.spec(), indent=2, sort_keys=True) + "\n"
+    return json.dumps({**variant.spec(), "advisories": advisories_section(variant)}, indent=2, sort_keys=True) + "\n"
 
 
 def rendered_files(matrix: Matrix, variant: Variant) -> dict[Path, str]:

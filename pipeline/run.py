@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import build_image, docker_env, labels, push, tags, validate
+from pipeline import audit, build_image, docker_env, labels, push, tags, validate
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
@@ -119,7 +119,9 @@ def check_request(config: BuildConfig, gpus: int) -> None:
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
     """(labels, environment) that only validation knows, for the config-only child image."""
     release = json.dumps(validation.release_figures(), sort_keys=True, separators=(",", ":"))
+    accepted = ", ".join(f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING)
     image_labels = {
+        f"{labels.PREFIX}advisories": (accepted or "none known") + f" (PyPA data as of {validation.audit.get('as_of')})",
         "org.opencontainers.image.version": immutable,
         f"{labels.PREFIX}validation": "passed",
         f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),

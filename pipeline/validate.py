@@ -168,19 +168,29 @@ def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
     result = found.audit
     print(
-        f"==> audit: {result['status']} ({len(result['findings'])} finding(s), {len(result['allowed'])} allowed) "
+        f"==> audit: {warn(audit.word(result)) if audit.word(result) != 'pass' else 'pass'} "
+        f"({len(result['findings'])} finding(s), {len(result['allowed'])} accepted) "
         f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}",
         flush=True,
     )
+    for entry in result["allowed"]:
+        print(f"  │ accepted: {entry['id']} ({entry['severity']}) in {entry['package']} {entry['version']}, until {entry['expires']}: {entry['reason']}", flush=True)
     if result["stale"]:
         age = "of unknown age" if result["age_days"] is None else f"{result['age_days']} days old"
         print(
-            f"  │ warning: advisory data is {age}; "
-            "pass --advisories with fresh OSV records (osv.dev PyPI/all.zip) or refresh the snapshot "
+            "  │ " + warn(f"stale: the advisory data is {age}")
+            + "; pass --advisories with fresh OSV records (osv.dev PyPI/all.zip) or refresh the snapshot "
             "(python build.py advisories --from DIR)",
             flush=True,
         )
     return [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
+
+
+def warn(text: str) -> str:
+    """`text` in a warning's colour (yellow) on a terminal; plain in logs and pipes."""
+    import sys
+
+    return f"\033[33m{text}\033[0m" if sys.stdout.isatty() else text
 
 
 def proof_command(require_gpu: bool) -> list[str]:

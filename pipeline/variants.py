@@ -57,7 +57,7 @@ class PpoGate:
 class Variant:
     """One CUDA line of the matrix, with everything the build and the checks need."""
 
-    name: str  # "cu128"
+    name: str  # "2.9-cu128": torch line and CUDA line, as its moving tag
     cuda: str  # "12.8"
     torch: str
     torchvision: str
@@ -129,7 +129,7 @@ class Matrix:
     variants: tuple[Variant, ...]
 
     def cuda_lines(self) -> list[str]:
-        return [v.cuda for v in self.variants]
+        return list(dict.fromkeys(v.cuda for v in self.variants))
 
     def by_name(self, name: str) -> Variant:
         for v in self.variants:
@@ -176,13 +176,15 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
         raise MatrixError(f"{path}: no [variants.*] entries")
     variants = []
     for name, table in raw_variants.items():
-        fields = _typed(table, _VARIANT_KEYS, f"variants.{name}", path)
-        expected_name = "cu" + fields["cuda"].replace(".", "")
-        if name != expected_name:
-            raise MatrixError(f"{path}: [variants.{name}] has cuda {fields['cuda']!r}; name it {expected_name!r}")
+        fields = _typed(table, _VARIANT_KEYS, f'variants."{name}"', path)
         for key in ("torch", "torchvision", "torchaudio"):
             if not re.fullmatch(r"\d+\.\d+\.\d+", fields[key]):
-                raise MatrixError(f"{path}: [variants.{name}] {key} {fields[key]!r} is not an exact X.Y.Z pin")
+                raise MatrixError(f'{path}: [variants."{name}"] {key} {fields[key]!r} is not an exact X.Y.Z pin')
+        expected_name = variant_name(fields["torch"], fields["cuda"])
+        if name != expected_name:
+            raise MatrixError(
+                f'{path}: [variants."{name}"] has torch {fields["torch"]} and cuda {fields["cuda"]}; name it "{expected_name}"'
+            )
         variants.append(
             Variant(
                 name=name,
@@ -192,15 +194,24 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 base_suite=project["base_suite"],
                 packages=packages,
                 ppo_gate=gate,
-                is_default=fields["cuda"] == project["default_cuda"],
+                is_default=False,
                 **fields,
             )
         )
-    lines = tuple((v.cuda, v.min_driver) for v in variants)
-    variants = [dataclasses.replace(v, driver_lines=lines) for v in variants]
-    if not any(v.is_default for v in variants):
+    lines = tuple(dict.fromkeys((v.cuda, v.min_driver) for v in variants))
+    default = next((v.name for v in variants if v.cuda == project["default_cuda"]), None)
+    if default is None:
         raise MatrixError(f"{path}: default_cuda {project['default_cuda']!r} matches no variant")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise MatrixError(f"{path}: a variant is listed twice")
+    variants = [dataclasses.replace(v, driver_lines=lines, is_default=v.name == default) for v in variants]
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), **project)
+
+
+def variant_name(torch: str, cuda: str) -> str:
+    """torch 'X.Y.Z' and CUDA '12.8' -> 'X.Y-cu128': the torch line and the CUDA line, as the moving tag says them."""
+    return ".".join(torch.split(".")[:2]) + "-cu" + cuda.replace(".", "")
 
 
 def _normalise_cuda(text: str) -> str:
@@ -229,7 +240,7 @@ def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Varia
     if torch is None:
         if not by_cuda:
             raise UsageError(f"unknown CUDA line {cuda}; this matrix has {lines}")
-        return by_cuda[0]
+        return by_cuda[0]  # the first listed for the line: the matrix's choice
 
     if not re.fullmatch(r"\d+(\.\d+){0,2}", torch.strip()):
         raise UsageError(f"--torch {torch!r} is not a version like X.Y or X.Y.Z")

@@ -23,7 +23,7 @@ step() { echo "bench-build: $*" >&2; }
 
 $DOCKER builder prune -af >/dev/null
 t0=$(now)
-$DOCKER build -q "${secret[@]}" -f Dockerfile.cu128 --iidfile "$work/iid1" . >/dev/null
+$DOCKER build -q "${secret[@]}" -f Dockerfile.2.9-cu128 --iidfile "$work/iid1" . >/dev/null
 t1=$(now)
 step "cold build: $(awk "BEGIN{print $t1 - $t0}") s"
 iid1=$(cat "$work/iid1")
@@ -43,7 +43,7 @@ cp -r container smoke ppo_bench .dockerignore "$work/ctx/"
 cp -r images/locks "$work/ctx/images/"
 echo "# bench $(date +%s)" >>"$work/ctx/smoke/__init__.py"
 t4=$(now)
-$DOCKER build -q "${secret[@]}" -f Dockerfile.cu128 --iidfile "$work/iid2" "$work/ctx" >/dev/null
+$DOCKER build -q "${secret[@]}" -f Dockerfile.2.9-cu128 --iidfile "$work/iid2" "$work/ctx" >/dev/null
 t5=$(now)
 iid2=$(cat "$work/iid2")
 $DOCKER tag "$iid2" "$REGISTRY/proven-torch-bench:changed"

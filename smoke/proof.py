@@ -1,7 +1,7 @@
 """`proof`: prove this image on this host: the smoke suite, then the PPO gate.
 
     docker run --rm --gpus all IMAGE proof [--require-gpu] [--out DIR]
-    python -m smoke.proof --as-installed --spec images/expect/cu128.json --out DIR   (a bare host)
+    python -m smoke.proof --as-installed --spec images/expect/2.9-cu128.json --out DIR   (a bare host)
 
 What to expect and how the gate runs come from the image's own spec
 (/opt/proven-torch/expect.json, generated from images/variants.toml). build.py
@@ -16,6 +16,7 @@ Exit codes: 0 proven; 1 a check or the PPO gate failed; 2 bad arguments;
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
@@ -239,8 +240,11 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
         "require_gpu": args.require_gpu,
         "variant": spec.get("variant"),
         "ppo_gate": gate,
+        "advisories": spec.get("advisories"),
         "failures": [],
     }
+    for line in [rules.advisory_summary(spec.get("advisories"), dt.date.today()), *rules.advisory_details(spec.get("advisories"))]:
+        print(line, file=out, flush=True)
 
     try:
         import torch

@@ -408,3 +408,41 @@ def human_bytes(n: int | None) -> str:
     if n >= 1024 * MIB:
         return f"{n / (1024 * MIB):.1f} GiB"
     return f"{n // MIB} MiB"
+
+
+# --------------------------------------------------------------------------- advisories
+
+# Advisory data older than this is "stale": a pass on it is not a pass (pipeline/advisories.py uses it too).
+STALE_AFTER_DAYS = 90
+
+
+def data_age(as_of: str | None, today) -> str:
+    """'as of 2026-07-23, 133 days old: stale' (today: a datetime.date)."""
+    import datetime as dt
+
+    if not as_of:
+        return "of unknown date: stale"
+    days = (today - dt.date.fromisoformat(as_of)).days
+    return f"as of {as_of}, {days} days old" + (": stale" if days > STALE_AFTER_DAYS else "")
+
+
+def advisory_summary(section: dict | None, today) -> str:
+    """One line: what the image's line carries, by the snapshot it was built against."""
+    if not section:
+        return "Advisories: not recorded in this image"
+    ids = ", ".join(row["id"] for row in section.get("carried", []))
+    line = f"Advisories: {section.get('summary', '?')}{': ' + ids if ids else ''} (PyPA data {data_age(section.get('as_of'), today)})"
+    if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
+        line += "; CRITICAL: never load a checkpoint you did not make with this image"
+    elif ids:
+        line += "; load checkpoints and pt2 archives only from sources you trust"
+    return line
+
+
+def advisory_details(section: dict | None) -> list[str]:
+    """One line per carried advisory: id, severity, package, fixed release, what it affects."""
+    return [
+        f"  {row['id']} ({row['severity']}, {'accepted' if row.get('accepted') else 'NOT accepted'}) "
+        f"{row['package']} {row['version']}, fixed in {row.get('fixed') or '?'}: {row.get('affects') or ''}".rstrip()
+        for row in (section or {}).get("carried", [])
+    ]

@@ -33,7 +33,9 @@ def torch_build() -> tuple[str | None, str | None]:
     return version, cuda
 
 
-def report(min_driver: str | None, nvml: dict | None, proc_driver: str | None, shm: int | None, torch_info: tuple) -> list[str]:
+def report(
+    min_driver: str | None, nvml: dict | None, proc_driver: str | None, shm: int | None, torch_info: tuple, advisories: dict | None = None
+) -> list[str]:
     """The start-up lines, from given facts (pure, so tests feed any machine)."""
     version, cuda = torch_info
     variant = os.environ.get("PROVEN_TORCH_VARIANT")
@@ -56,7 +58,23 @@ def report(min_driver: str | None, nvml: dict | None, proc_driver: str | None, s
         lines.append(prefix + verdict.message)
     warning = rules.shm_advice(shm)
     lines.append(f"/dev/shm: {rules.human_bytes(shm)}" + (f"; WARNING: {warning}" if warning else ""))
+    if advisories is not None:
+        import datetime as dt
+
+        lines.append(rules.advisory_summary(advisories, dt.date.today()))
     return lines
+
+
+def baked_advisories() -> dict | None:
+    """The advisories the image's spec says its line carries; None outside an image."""
+    import json
+
+    from smoke.expect import spec_path
+
+    try:
+        return json.loads(spec_path().read_text()).get("advisories")
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -72,7 +90,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                 proc_driver = facts.parse_proc_driver_version(facts.PROC_DRIVER_VERSION.read_text())
             except OSError:
                 pass
-        lines = report(args.min_driver, nvml, proc_driver, facts.shm_bytes(), torch_build())
+        lines = report(args.min_driver, nvml, proc_driver, facts.shm_bytes(), torch_build(), baked_advisories())
     except SystemExit:  # --help
         return 0
     except Exception as err:  # informational: say what went wrong, never stop the container

@@ -1,4 +1,4 @@
-"""The cu128 image, built, validated and pushed once per test session.
+"""The default image (2.9-cu128), built, validated and pushed once per test session.
 
 The session fixture runs the real pipeline (build.py's stages): BuildKit build,
 validation inside containers, tagging, push to the registry on 127.0.0.1:5000.
@@ -71,7 +71,7 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory) -> RunResult | None:
 
 @pytest.fixture(scope="session")
 def image(docker, pipeline_run) -> str:
-    """The ID of the validated (and stamped) cu128 image."""
+    """The ID of the validated (and stamped) default image."""
     if pipeline_run is None:
         return docker.images.get(os.environ["PROVEN_TORCH_TEST_IMAGE"]).id
     return pipeline_run.stamped_id

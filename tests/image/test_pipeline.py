@@ -1,7 +1,7 @@
 """The pipeline end to end against a real Docker Engine and a real registry on 127.0.0.1.
 
 The session fixture `pipeline_run` (conftest.py) built, validated, tagged and
-pushed the cu128 image; these tests check what it left behind, then feed the
+pushed the default image; these tests check what it left behind, then feed the
 stages bad images, bad registries and interrupts.
 """
 
@@ -191,7 +191,7 @@ def test_label_mismatch_fails_validation_and_is_not_tagged(docker, image, varian
 
 
 def test_over_budget_image_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
-    _assert_refused(docker, image, dataclasses.replace(variant, size_budget_gb=1.0), tmp_path, "over the cu128 budget of 1.0 GB")
+    _assert_refused(docker, image, dataclasses.replace(variant, size_budget_gb=1.0), tmp_path, f"over the {variant.name} budget of 1.0 GB")
 
 
 @pytest.mark.parametrize(
@@ -246,12 +246,12 @@ def _build_py(*args) -> list[str]:
 
 
 def test_variant_behind_pytorch_index_fails_with_network_message(docker, matrix, tmp_path):
-    """cu118 needs download.pytorch.org, which these machines cannot reach."""
+    """CUDA 11.8 needs download.pytorch.org, which these machines cannot reach."""
     result = subprocess.run(
         _build_py("--cuda", "11.8", "--report-dir", str(tmp_path)), capture_output=True, text=True, timeout=900, cwd=REPO_ROOT
     )
     if result.returncode == 0:
-        pytest.fail("cu118 built: this host reaches PyTorch's index, so this test cannot show the network failure")
+        pytest.fail("the CUDA 11.8 line built: this host reaches PyTorch's index, so this test cannot show the network failure")
     assert result.returncode == 4, result.stderr
     assert resolve(matrix, "11.8").note in result.stdout  # says which torch it builds, and why
     last = result.stderr.strip().splitlines()
@@ -266,7 +266,7 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, tmp_path):
     )  # fmt: skip
     deadline = time.monotonic() + 120
     for line in proc.stdout:
-        if "==> build cu126" in line or time.monotonic() > deadline:
+        if "==> build 2.9-cu126" in line or time.monotonic() > deadline:
             break
     time.sleep(2)  # let docker build get going
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
@@ -284,14 +284,14 @@ def _copy_context(dest):
     return dest
 
 
-def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, tmp_path):
+def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tmp_path):
     """Layer order: a change in smoke/ must not touch the heavy layers."""
     _copy_context(tmp_path)
     with open(tmp_path / "smoke" / "__init__.py", "a") as f:
         f.write("\n# a one-line change\n")
     cli = find_build_cli()
     iid = tmp_path / "iid"
-    argv = [*cli.argv, "-f", str(REPO_ROOT / "Dockerfile.cu128"), "--iidfile", str(iid), str(tmp_path)]
+    argv = [*cli.argv, "-f", str(REPO_ROOT / f"Dockerfile.{variant.name}"), "--iidfile", str(iid), str(tmp_path)]
     ca = ca_cert()
     if ca:
         argv[len(cli.argv) : len(cli.argv)] = ["--secret", f"id=pip_ca,src={ca}"]
@@ -341,7 +341,7 @@ def test_report_index_lists_the_build(run_result, tmp_path):
 
     index = write_index(run_result.report_path.parent.parent.parent)
     dom = _chromium("--dump-dom", index.as_uri(), tmp_path=tmp_path)
-    assert run_result.report_path.parent.name in dom and "cu128" in dom
+    assert run_result.report_path.parent.name in dom and run_result.report_path.parent.parent.name in dom
 
 
 def test_sbom_lists_torch_and_openssh(run_result):
@@ -356,10 +356,20 @@ def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path)
 
     result, snapshot = report["validation"]["audit"], load_snapshot()
     assert result["status"] == "pass" and result["failing"] == []
+    # the 2.9 line's two high advisories in torch, accepted on purpose, each with its reason
+    assert sorted(f["id"] for f in result["allowed"]) == ["PYSEC-2026-139", "PYSEC-2026-2286"]
+    assert all(f["package"] == "torch" and f["reason"] and f["fixed"] for f in result["allowed"])
+    assert result["stale"] == (result["age_days"] > 90)
     assert result["records"] == len(snapshot.records) and result["as_of"] == snapshot.as_of.isoformat()
     assert result["packages"] > 100  # every Python package in the image, not only the pins
     dom = _chromium("--dump-dom", run_result.report_path.with_name("report.html").as_uri(), tmp_path=tmp_path)
-    assert 'id="audit"' in dom and snapshot.as_of.isoformat() in dom
+    assert 'id="audit"' in dom and snapshot.as_of.isoformat() in dom and "PYSEC-2026-2286" in dom
+    assert ("stale" in dom) == result["stale"]
+
+
+def test_the_image_label_names_the_accepted_advisories(docker, run_result, report):
+    label = docker.images.get(run_result.stamped_id).labels["io.proven-torch.advisories"]
+    assert label == f"PYSEC-2026-139 HIGH, PYSEC-2026-2286 HIGH (PyPA data as of {report['validation']['audit']['as_of']})"
 
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):

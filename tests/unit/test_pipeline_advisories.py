@@ -78,9 +78,24 @@ def test_records_load_from_folder_zip_and_jsonl(records_dir, tmp_path):
 
 
 def test_age_and_staleness():
-    db = advisories.Database([], "x", dt.date(2026, 11, 1))
-    assert db.describe(dt.date(2026, 11, 20)) == {"database": "x", "as_of": "2026-11-01", "age_days": 19, "stale": False}
-    assert db.describe(dt.date(2026, 12, 3))["stale"] is True
+    """Past 90 days the data is stale."""
+    db = advisories.Database([], "x", dt.date(2026, 7, 23))
+    assert db.describe(dt.date(2026, 10, 21)) == {"database": "x", "as_of": "2026-07-23", "age_days": 90, "stale": False}
+    assert db.describe(dt.date(2026, 10, 22))["stale"] is True
+
+
+def test_a_pass_on_stale_data_is_said_stale():
+    from pipeline.audit import word
+
+    assert word({"status": "pass", "stale": True}) == "stale"
+    assert word({"status": "pass", "stale": False}) == "pass"
+    assert word({"status": "fail", "stale": True}) == "fail"
+
+
+def test_the_committed_snapshot_is_the_2026_data():
+    db = advisories.load_snapshot()
+    assert db.as_of == dt.date(2026, 7, 23) and len(db.records) == 7080
+    assert "advisory-database-pypa@57da901aadaf" in db.source
 
 
 def test_committed_snapshot_is_real_advisory_data():

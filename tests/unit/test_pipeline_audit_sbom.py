@@ -130,3 +130,52 @@ def test_sbom_is_cyclonedx_with_purls():
     assert "pkg:pypi/torch@1.2.3" in purls
     assert any(p.startswith("pkg:deb/debian/openssh-server@1:9.2p1-2") for p in purls)
     assert doc["metadata"]["component"]["type"] == "container"
+
+
+# --- what each line carries -----------------------------------------------------------
+
+
+def _carried(name):
+    from pipeline import advisories
+    from pipeline.audit import carried
+    from pipeline.variants import load_matrix
+
+    return carried(load_matrix().by_name(name), advisories.load_snapshot().records, load_allowlist())
+
+
+def test_the_2_9_line_carries_its_two_high_advisories_accepted_with_reasons():
+    rows = _carried("2.9-cu128")
+    assert [(r["id"], r["severity"], r["accepted"]) for r in rows] == [("PYSEC-2026-139", "HIGH", True), ("PYSEC-2026-2286", "HIGH", True)]
+    assert all(r["reason"] and r["fixed"] and "untrusted" in r["affects"] for r in rows)
+
+
+def test_the_2_11_line_carries_no_known_high_advisory():
+    assert _carried("2.11-cu130") == []
+
+
+def test_the_cu121_line_carries_a_critical_one_and_says_so():
+    rows = _carried("2.5-cu121")
+    critical = [r for r in rows if r["severity"] == "CRITICAL"]
+    assert [r["id"] for r in critical] == ["PYSEC-2025-41"] and critical[0]["accepted"]
+    assert "CRITICAL" in critical[0]["reason"] and "NEVER load a checkpoint" in critical[0]["affects"]
+
+
+def test_every_allowlist_entry_is_complete_and_at_most_six_months_long():
+    for entry in load_allowlist():
+        assert entry.versions and entry.affects and entry.fixed and entry.reason, entry.id
+        assert (entry.expires - dt.date.today()).days <= 184
+
+
+def test_an_allowlist_entry_longer_than_six_months_is_refused(tmp_path):
+    path = tmp_path / "allow.toml"
+    path.write_text('[[allow]]\nid = "X"\npackage = "torch"\nreason = "r"\nexpires = 2027-07-01\n')
+    with pytest.raises(UsageError, match="more than six months away"):
+        load_allowlist(path, today=dt.date(2026, 12, 3))
+    assert load_allowlist(path, today=dt.date(2027, 1, 15))[0].id == "X"
+
+
+def test_an_entry_for_other_versions_does_not_cover_this_one():
+    record = {"id": "GHSA-1", "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"}, "versions": ["2.9.1"]}],
+              "database_specific": {"severity": "HIGH"}}  # fmt: skip
+    entry = Allowed(id="GHSA-1", package="torch", reason="r", expires=dt.date(2030, 1, 1), versions=("2.7.1",))
+    assert audit([{"name": "torch", "version": "2.9.1"}], [record], [entry])["status"] == "fail"

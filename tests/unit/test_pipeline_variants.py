@@ -21,13 +21,21 @@ def test_every_requested_cuda_line_is_declared(matrix):
     assert set(matrix.cuda_lines()) == {"11.8", "12.1", "12.6", "12.8", "13.0"}
 
 
+def test_cuda_13_has_two_torch_lines_and_the_first_listed_is_the_choice(matrix):
+    assert [v.name for v in matrix.variants if v.cuda == "13.0"] == ["2.11-cu130", "2.9-cu130"]
+    assert resolve(matrix, "13.0").name == "2.11-cu130"
+    assert resolve(matrix, "13.0", "2.9").name == "2.9-cu130"
+    assert resolve(matrix, "13.0", "2.11").torch == "2.11.0"
+
+
 def test_torch_2_9_lines_are_exactly_the_published_ones(matrix):
     assert sorted(v.cuda for v in matrix.variants if v.torch.startswith("2.9.")) == ["12.6", "12.8", "13.0"]
 
 
-def test_default_is_cu128_from_pypi(matrix):
+def test_default_is_2_9_cu128_from_pypi(matrix):
     default = resolve(matrix, None)
-    assert (default.name, default.torch, default.is_default) == ("cu128", "2.9.1", True)
+    assert (default.name, default.torch, default.is_default) == ("2.9-cu128", "2.9.1", True)
+    assert [v.name for v in matrix.variants if v.is_default] == ["2.9-cu128"]
     assert default.uses_pypi
 
 
@@ -40,7 +48,7 @@ def test_old_cuda_lines_carry_newest_torch_that_exists_and_say_so(matrix, cuda, 
 
 @pytest.mark.parametrize("spelling", ["12.8", "cu128", " 12.8 ", "CU128"])
 def test_cuda_spellings(matrix, spelling):
-    assert resolve(matrix, spelling).name == "cu128"
+    assert resolve(matrix, spelling).name == "2.9-cu128"
 
 
 @pytest.mark.parametrize("torch", ["2", "2.9", "2.9.1"])
@@ -81,7 +89,7 @@ def test_expectations_carry_the_pins(matrix):
     assert "require_gpu" not in exp  # whether a GPU is required is the caller's flag, not a pin
 
 
-@pytest.mark.parametrize("name", ["cu118", "cu121", "cu126", "cu128", "cu130"])
+@pytest.mark.parametrize("name", ["2.7-cu118", "2.5-cu121", "2.9-cu126", "2.9-cu128", "2.11-cu130", "2.9-cu130"])
 def test_baked_spec_is_valid_for_smoke_and_carries_the_gate(matrix, name):
     from smoke.expect import validate_expect
 
@@ -112,22 +120,22 @@ def test_malformed_toml_is_one_clear_error(tmp_path):
 
 
 def test_missing_key_is_named(tmp_path):
-    head, tail = MATRIX_PATH.read_text().split("[variants.cu128]")
+    head, tail = MATRIX_PATH.read_text().split('[variants."2.9-cu128"]')
     tail = re.sub(r"^torchaudio = .*\n", "", tail, count=1, flags=re.M)
-    text = head + "[variants.cu128]" + tail
-    with pytest.raises(MatrixError, match=r"variants.cu128\] is missing 'torchaudio'"):
+    text = head + '[variants."2.9-cu128"]' + tail
+    with pytest.raises(MatrixError, match=r'variants."2.9-cu128"\] is missing \'torchaudio\''):
         load_matrix(_write(tmp_path, text))
 
 
 def test_loose_pin_is_refused(tmp_path):
-    text = MATRIX_PATH.read_text().replace('[variants.cu128]\ncuda = "12.8"\ntorch = "2.9.1"', '[variants.cu128]\ncuda = "12.8"\ntorch = "2.9"')
+    text = MATRIX_PATH.read_text().replace('[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9.1"', '[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9"')
     with pytest.raises(MatrixError, match="not an exact X.Y.Z pin"):
         load_matrix(_write(tmp_path, text))
 
 
 def test_variant_name_must_match_cuda(tmp_path):
-    text = MATRIX_PATH.read_text().replace("[variants.cu126]", "[variants.cu127]")
-    with pytest.raises(MatrixError, match="name it 'cu126'"):
+    text = MATRIX_PATH.read_text().replace('[variants."2.9-cu126"]', '[variants."2.9-cu127"]')
+    with pytest.raises(MatrixError, match='name it "2.9-cu126"'):
         load_matrix(_write(tmp_path, text))
 
 

@@ -323,3 +323,42 @@ def test_bad_json_and_missing_file(tmp_path):
         load_expect("{nope")
     with pytest.raises(UsageError, match="cannot read"):
         load_expect(f"@{tmp_path / 'absent.json'}")
+
+
+# --------------------------------------------------------------------------- advisories
+
+SECTION = {
+    "as_of": "2026-07-23",
+    "summary": "2 high (accepted)",
+    "carried": [
+        {"id": "PYSEC-2026-139", "severity": "HIGH", "accepted": True, "package": "torch", "version": "2.9.1", "fixed": "2.11.0", "affects": "pt2"},
+        {"id": "PYSEC-2026-2286", "severity": "HIGH", "accepted": True, "package": "torch", "version": "2.9.1", "fixed": "2.10.0", "affects": "torch.load"},
+    ],
+}
+
+
+def test_advisory_summary_names_them_and_says_the_data_is_stale():
+    import datetime as dt
+
+    line = rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
+    assert line.startswith("Advisories: 2 high (accepted): PYSEC-2026-139, PYSEC-2026-2286 (PyPA data as of 2026-07-23, 133 days old: stale)")
+    assert "only from sources you trust" in line
+    fresh = rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
+    assert "9 days old)" in fresh and "stale" not in fresh
+
+
+def test_a_critical_advisory_says_never_load_untrusted_checkpoints():
+    import datetime as dt
+
+    critical = {**SECTION, "carried": [{**SECTION["carried"][0], "severity": "CRITICAL"}]}
+    assert "CRITICAL: never load a checkpoint you did not make" in rules.advisory_summary(critical, dt.date(2026, 8, 1))
+
+
+def test_no_advisories_and_no_record():
+    import datetime as dt
+
+    assert rules.advisory_summary({"as_of": "2026-07-23", "summary": "none known", "carried": []}, dt.date(2026, 8, 1)) == (
+        "Advisories: none known (PyPA data as of 2026-07-23, 9 days old)"
+    )
+    assert rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
+    assert rules.advisory_details(SECTION)[1].startswith("  PYSEC-2026-2286 (HIGH, accepted) torch 2.9.1, fixed in 2.10.0: torch.load")
