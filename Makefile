@@ -2,7 +2,8 @@
 #   make image   build and validate the default image (2.9-cu128)
 #   make test    run the test suite: unit + image tests (Docker, no GPU)
 
-CUDA ?= 12.8
+# CUDA= picks another line (CUDA=13.0); empty: the matrix's default_cuda.
+CUDA ?=
 PYTHON := .venv/bin/python
 # On hosts behind a TLS-intercepting proxy pip inside the build must trust its
 # CA; the host's system bundle holds it. Passed as a BuildKit secret, never a layer.
@@ -10,11 +11,13 @@ CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 CA_FLAG := $(if $(CA_CERT),--ca-cert $(CA_CERT))
 PYTEST_ARGS ?=
 
+SHELL_FILES := container/start.sh container/profile.sh container/proof scripts/*.sh .ci/run
+
 .PHONY: image test unit lint bench-build
 
 image:
 	bash scripts/prepare-host.sh
-	$(PYTHON) build.py --cuda $(CUDA) $(CA_FLAG)
+	$(PYTHON) build.py $(if $(CUDA),--cuda $(CUDA)) $(CA_FLAG)
 
 test:
 	bash scripts/prepare-host.sh --test-tools
@@ -25,7 +28,10 @@ unit:
 
 lint:
 	$(PYTHON) build.py render --check
-	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	.venv/bin/shellcheck $(SHELL_FILES)
+	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py tests/unit/test_lint.py
 
 bench-build:
 	bash scripts/bench-build.sh

@@ -50,7 +50,11 @@ def make_parser() -> argparse.ArgumentParser:
         "reports/index.html from every report.json under --report-dir; advisories: rewrite the audit's "
         "advisory snapshot in images/advisories/ from --from DIR",
     )
-    parser.add_argument("--cuda", help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several torch lines, the first listed unless --torch picks another")
+    parser.add_argument(
+        "--cuda",
+        help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda); "
+        "where it has several torch lines, the first listed unless --torch picks another",
+    )
     parser.add_argument(
         "--torch",
         help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
@@ -60,7 +64,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--push", action="store_true", help="push the validated image (all its tags) to --registry (default: Docker Hub naming)"
     )
     parser.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
-    parser.add_argument("--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)")
+    parser.add_argument(
+        "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
+    )
     parser.add_argument(
         "--ca-cert",
         type=Path,
@@ -91,7 +97,9 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="with advisories: a folder of OSV records (.yaml/.json), e.g. a git checkout of pypa/advisory-database",
     )
-    parser.add_argument("--as-of", metavar="YYYY-MM-DD", help="with advisories: the records' date (default: the checkout's last commit)")
+    parser.add_argument(
+        "--as-of", metavar="YYYY-MM-DD", help="with advisories: the records' date (default: the checkout's last commit)"
+    )
     parser.add_argument(
         "--source",
         default="https://github.com/pypa/advisory-database",
@@ -100,6 +108,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
     parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
+    parser.add_argument("--json", action="store_true", help="with list: print the matrix as JSON (what CI's workflows read)")
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -132,7 +141,20 @@ def variant_table_markdown(matrix) -> str:
     return "\n".join(rows)
 
 
-def cmd_list(matrix, markdown: bool = False) -> int:
+def matrix_json(matrix) -> str:
+    """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per variant."""
+    import json
+
+    return json.dumps(
+        [{"variant": v.name, "cuda": v.cuda, "torch": v.torch_minor, "default": v.is_default} for v in matrix.variants],
+        separators=(",", ":"),
+    )
+
+
+def cmd_list(matrix, markdown: bool = False, as_json: bool = False) -> int:
+    if as_json:
+        print(matrix_json(matrix))
+        return 0
     if markdown:
         print(variant_table_markdown(matrix))
         return 0
@@ -140,13 +162,17 @@ def cmd_list(matrix, markdown: bool = False) -> int:
     print(f"{'variant':11} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
     for v in matrix.variants:
         star = "*" if v.is_default else " "
-        print(f"{v.name + star:11} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}")
+        print(
+            f"{v.name + star:11} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
+        )
         ids = ", ".join(row["id"] for row in carried[v.name]["carried"])
         print(f"{'':11} advisories: {carried[v.name]['summary']}{': ' + ids if ids else ''}")
         if v.note:
             print(f"{'':11} note: {v.note}")
     first = next(iter(carried.values()))
-    print(f"* default; advisories: high and critical, PyPA data as of {first['as_of']} (images/advisories/), accepted in images/audit-allowlist.toml")
+    print(
+        f"* default; advisories: high and critical, PyPA data as of {first['as_of']} (images/advisories/), accepted in images/audit-allowlist.toml"
+    )
     return 0
 
 
@@ -175,7 +201,9 @@ def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool) -> int:
             print(f"{status.variant}: {status.state}")
         stale = [s.variant for s in statuses if s.state == "stale"]
         if stale:
-            raise UsageError(f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit")
+            raise UsageError(
+                f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"
+            )
         return 0
     variant = resolve(matrix, cuda, torch)
     print(f"==> resolving {variant.name} with uv against {variant.index}", flush=True)
@@ -231,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
-            return cmd_list(matrix, args.markdown)
+            return cmd_list(matrix, args.markdown, args.json)
         if args.command == "report":
             from pipeline.html_report import write_index
 

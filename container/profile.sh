@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # /etc/profile.d/proven-torch.sh: every login shell (SSH sessions, `bash -l`,
 # `bash -lc CMD` in Slurm and Kubernetes, `docker exec -it CID bash -l`, Jupyter
 # terminals) gets the container's environment back after /etc/profile has
@@ -8,6 +9,7 @@
 #    (PermitUserEnvironment), this applies it again after /etc/profile.
 if [ -r "$HOME/.ssh/environment" ]; then
     while IFS= read -r proven_torch_line; do
+        # shellcheck disable=SC2163 # the line is NAME=VALUE: export that variable
         case "$proven_torch_line" in
             '' | \#*) ;;
             *=*) export "$proven_torch_line" ;;

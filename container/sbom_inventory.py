@@ -26,7 +26,7 @@ def python_packages(pip_inspect: dict) -> list[dict]:
 
 
 def debian_packages(dpkg_output: str) -> list[dict]:
-    return [dict(zip(("name", "version", "arch"), line.split("\t"))) for line in dpkg_output.splitlines() if line]
+    return [dict(zip(("name", "version", "arch"), line.split("\t"), strict=True)) for line in dpkg_output.splitlines() if line]
 
 
 def main() -> int:

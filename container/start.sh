@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SC2174: `mkdir -p -m 700 DIR` sets the mode of DIR only, which is what is meant
+# here: its parents exist already (/tmp, $RUN_DIR, the user's home).
+# shellcheck disable=SC2174
 # The image's entrypoint, under tini (PID 1, `tini -g`: signals go to the whole
 # process group, zombies are reaped). Three modes, chosen by the command:
 #
@@ -130,6 +133,7 @@ setup_authorized_keys() {
         own=true
     fi
     if [[ "$own" == true ]]; then
+        # shellcheck disable=SC2088 # a message to the user: the ~ is meant literally
         ((${#KEYS[@]})) && BAD_KEYS+=("~/.ssh/authorized_keys is your own (mounted) file, so the keys from PUBLIC_KEY / PUBLIC_KEY_FILE were not added to it")
     elif ((${#KEYS[@]})); then
         if ! { printf '%s\n' "$AUTH_KEYS_HEADER" "${KEYS[@]}" >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"; } 2>/dev/null; then

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import UsageError
-from smoke.rules import STALE_AFTER_DAYS
 from pipeline.variants import REPO_ROOT
+from smoke.rules import STALE_AFTER_DAYS
 
 SNAPSHOT_DIR = REPO_ROOT / "images" / "advisories"
 SNAPSHOT_DATA = "osv-pypi.jsonl.gz"
@@ -100,9 +100,13 @@ def load_snapshot(folder: Path = SNAPSHOT_DIR) -> Database:
         meta = json.loads(meta_path.read_text())
         data = data_path.read_bytes()
     except (OSError, ValueError) as err:
-        raise UsageError(f"{folder}: advisory snapshot unreadable ({err}); rerun `python build.py advisories --from DIR`") from None
+        raise UsageError(
+            f"{folder}: advisory snapshot unreadable ({err}); rerun `python build.py advisories --from DIR`"
+        ) from None
     if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-        raise UsageError(f"{data_path}: sha256 differs from {meta_path.name}; rerun `python build.py advisories --from DIR` and commit both")
+        raise UsageError(
+            f"{data_path}: sha256 differs from {meta_path.name}; rerun `python build.py advisories --from DIR` and commit both"
+        )
     records = _read_jsonl_gz(data_path)
     if len(records) != meta.get("records"):
         raise UsageError(f"{data_path}: {len(records)} records, {meta_path.name} says {meta.get('records')}")
@@ -124,7 +128,9 @@ def _git_facts(folder: Path) -> tuple[str, str] | None:
 def write_snapshot(folder: Path, source: str, as_of: str | None = None, out: Path = SNAPSHOT_DIR) -> tuple[Path, Path]:
     """Write osv-pypi.jsonl.gz (PyPI records sorted by id, gzip without a timestamp) and snapshot.json."""
     if not folder.is_dir():
-        raise UsageError(f"advisories --from {folder}: not a folder; pass a checkout of pypa/advisory-database or a folder of OSV records")
+        raise UsageError(
+            f"advisories --from {folder}: not a folder; pass a checkout of pypa/advisory-database or a folder of OSV records"
+        )
     git = _git_facts(folder)
     revision = git[0] if git else None
     as_of = as_of or (git[1] if git else None)
@@ -134,7 +140,9 @@ def write_snapshot(folder: Path, source: str, as_of: str | None = None, out: Pat
         dt.date.fromisoformat(as_of)
     except ValueError:
         raise UsageError(f"--as-of {as_of}: not a date; use YYYY-MM-DD") from None
-    records = [r for r in _read_folder(folder) if any(a.get("package", {}).get("ecosystem") == "PyPI" for a in r.get("affected", []))]
+    records = [
+        r for r in _read_folder(folder) if any(a.get("package", {}).get("ecosystem") == "PyPI" for a in r.get("affected", []))
+    ]
     if not records:
         raise UsageError(f"advisories --from {folder}: no OSV records for PyPI found (.json or .yaml files with an id)")
     records.sort(key=lambda r: r["id"])

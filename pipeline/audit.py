@@ -13,7 +13,6 @@ nothing says it is below HIGH. MEDIUM and LOW are reported and do not fail.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import UsageError
 from pipeline.variants import REPO_ROOT
+from smoke.rules import normalize_name
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
 FAILING = {"HIGH", "CRITICAL", "UNKNOWN"}  # UNKNOWN: no record says it is below HIGH
@@ -46,8 +46,7 @@ class Allowed:
         return self.id in ids and self.package == _norm(package) and (not self.versions or version in self.versions)
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+_norm = normalize_name  # PEP 503, the one the smoke checks use
 
 
 def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) -> list[Allowed]:
@@ -217,7 +216,13 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
             entry = next((a for a in allowlist if a.covers(ids, pkg["name"], pkg["version"])), None)
             if entry and entry.expires >= today:
                 allowed.append(
-                    {**finding, "reason": entry.reason, "expires": entry.expires.isoformat(), "affects": entry.affects, "fixed": entry.fixed}
+                    {
+                        **finding,
+                        "reason": entry.reason,
+                        "expires": entry.expires.isoformat(),
+                        "affects": entry.affects,
+                        "fixed": entry.fixed,
+                    }
                 )
             else:
                 if entry:

@@ -104,9 +104,7 @@ def build_image(
     """Run `docker build` for the variant; return the untagged image ID."""
     stale = stale_files(matrix, variants=[variant])
     if stale:
-        raise UsageError(
-            f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit"
-        )
+        raise UsageError(f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit")
     out_dir.mkdir(parents=True, exist_ok=True)
     iidfile = out_dir / "image-id"
     iidfile.unlink(missing_ok=True)
@@ -142,4 +140,3 @@ def build_image(
     image_id = iidfile.read_text().strip()
     print(f"==> built {image_id[:19]} in {seconds:.0f}s (untagged until validated)", flush=True)
     return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)
-

@@ -11,7 +11,8 @@ import html
 import json
 from pathlib import Path
 
-GB = 1000**3
+from pipeline.size import GB
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
@@ -36,7 +37,9 @@ def _rows(pairs) -> str:
 
 
 def _status(status: str) -> str:
-    css = {"pass": "pass", "passed": "pass", "pushed": "pass", "validated": "pass", "fail": "fail", "failed": "fail"}.get(status, "skip")
+    css = {"pass": "pass", "passed": "pass", "pushed": "pass", "validated": "pass", "fail": "fail", "failed": "fail"}.get(
+        status, "skip"
+    )
     return f'<span class="{css}">{_e(status)}</span>'
 
 
@@ -62,7 +65,12 @@ def _audit_section(audit: dict | None) -> str:
         ("Python packages checked", _e(audit.get("packages"))),
     ]) + "</table>"  # fmt: skip
     rows = [(f, "") for f in audit.get("findings", [])] + [
-        (f, f"accepted until {f['expires']}: {f['reason']}" + (f"; affects: {f['affects']}" if f.get("affects") else "") + (f"; fixed in {f['fixed']}" if f.get("fixed") else ""))
+        (
+            f,
+            f"accepted until {f['expires']}: {f['reason']}"
+            + (f"; affects: {f['affects']}" if f.get("affects") else "")
+            + (f"; fixed in {f['fixed']}" if f.get("fixed") else ""),
+        )
         for f in audit.get("allowed", [])
     ]
     if not rows:
@@ -112,19 +120,38 @@ def render_page(report: dict, run_dir: Path) -> str:
             + (f"<p id='verdict'><code>{_e(validation.get('verdict'))}</code></p>" if validation.get("verdict") else "")
         )
     parts.append("<h2>Versions</h2><table><tr><th></th><th>pinned</th><th>in the image</th></tr>")
-    for key, fact in (("torch", "torch"), ("torchvision", "torchvision"), ("torchaudio", "torchaudio"), ("cuda", "cuda"), ("cudnn", "cudnn"), ("nccl", "nccl"), ("python", "python")):
+    for key, fact in (
+        ("torch", "torch"),
+        ("torchvision", "torchvision"),
+        ("torchaudio", "torchaudio"),
+        ("cuda", "cuda"),
+        ("cudnn", "cudnn"),
+        ("nccl", "nccl"),
+        ("python", "python"),
+    ):
         parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(fact))}</td></tr>")
     parts.append("</table>")
     if size:
         parts.append(
             "<h2>Size</h2><table>"
-            + _rows([
-                ("uncompressed", f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)"),
-                ("compressed (registry)", f"{push['compressed_bytes'] / GB:.2f} GB" if push.get("compressed_bytes") else "not pushed"),
-                ("layers", _e(size.get("layers"))),
-            ])  # fmt: skip
+            + _rows(
+                [
+                    (
+                        "uncompressed",
+                        f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)",
+                    ),
+                    (
+                        "compressed (registry)",
+                        f"{push['compressed_bytes'] / GB:.2f} GB" if push.get("compressed_bytes") else "not pushed",
+                    ),
+                    ("layers", _e(size.get("layers"))),
+                ]
+            )  # fmt: skip
             + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"
-            + "".join(f"<tr><td><code>{_e(l['created_by'][:110])}</code></td><td>{l['bytes'] / GB:.2f} GB</td></tr>" for l in size.get("largest_layers", []))
+            + "".join(
+                f"<tr><td><code>{_e(layer['created_by'][:110])}</code></td><td>{layer['bytes'] / GB:.2f} GB</td></tr>"
+                for layer in size.get("largest_layers", [])
+            )
             + "</table>"
         )
     parts.append("<h2>Smoke checks</h2>")
@@ -189,6 +216,7 @@ def write_index(report_dir: Path) -> Path:
     index.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>proven-torch reports</title><style>{_STYLE}</style></head><body>"
         "<h1>Validation reports</h1><table id='reports'><tr><th>build</th><th>variant</th><th>status</th><th>validated on</th><th>tags</th></tr>"
-        + "".join(rows) + "</table></body></html>"
+        + "".join(rows)
+        + "</table></body></html>"
     )
     return index

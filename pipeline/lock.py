@@ -63,9 +63,9 @@ def requirements_in(variant: Variant) -> str:
     return "".join(f"{name}=={version}\n" for name, version in [*pins, *variant.packages])
 
 
-def _extra_index(variant: Variant) -> list[str]:
-    # PyTorch's per-CUDA indexes mirror torch's dependencies but not JupyterLab's.
-    return [] if variant.uses_pypi else ["--extra-index-url", "https://pypi.org/simple", "--index-strategy", "unsafe-best-match"]
+def _index_args(variant: Variant) -> list[str]:
+    # uv takes each package from the first index that has it unless told to look at all of them.
+    return variant.index_args() + ([] if variant.uses_pypi else ["--index-strategy", "unsafe-best-match"])
 
 
 def inputs_digest(matrix: Matrix, variant: Variant) -> str:
@@ -87,7 +87,7 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
         src.write_text(requirements_in(variant))
         argv = [
             _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header",
-            "--generate-hashes", "--index-url", variant.index, *_extra_index(variant),
+            "--generate-hashes", *_index_args(variant),
             "--python-version", variant.python, "--python-platform", PLATFORM,
             "--exclude-newer", matrix.resolved_before, src.name,
         ]  # fmt: skip
@@ -96,7 +96,9 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
         )
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1].strip()[:200]
-        raise BuildFailed(f"cannot resolve the lock for {variant.name} from {variant.index} ({reason}); run `build.py lock` on a host that reaches it")
+        raise BuildFailed(
+            f"cannot resolve the lock for {variant.name} from {variant.index} ({reason}); run `build.py lock` on a host that reaches it"
+        )
     return result.stdout
 
 

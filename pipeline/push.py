@@ -36,7 +36,9 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
         for event in client.images.push(ref, tag=tag, stream=True, decode=True):
             if "error" in event:
                 detail = event.get("errorDetail", {}).get("message") or event["error"]
-                raise PushFailed(f"registry refused the push of {ref}:{tag}: {detail.strip()}; check the registry and your login (`docker login`)")
+                raise PushFailed(
+                    f"registry refused the push of {ref}:{tag}: {detail.strip()}; check the registry and your login (`docker login`)"
+                )
             if event.get("id") and event.get("status"):
                 layers[event["id"]] = event["status"]
             digest = event.get("aux", {}).get("Digest", digest)
@@ -46,11 +48,15 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
                 print(f"  [{now - start:6.1f}s] layers done {done}/{len(layers)}", flush=True)
                 last_report = now
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted while pushing {ref}:{tag}; the validated image stays tagged locally, rerun with --push") from None
+        raise Interrupted(
+            f"interrupted while pushing {ref}:{tag}; the validated image stays tagged locally, rerun with --push"
+        ) from None
     except PushFailed:
         raise
     except Exception as err:
-        raise PushFailed(f"cannot push {ref}:{tag}: {str(err).splitlines()[0][:200]}; is the registry running and reachable?") from None
+        raise PushFailed(
+            f"cannot push {ref}:{tag}: {str(err).splitlines()[0][:200]}; is the registry running and reachable?"
+        ) from None
     if not digest:
         raise PushFailed(f"push of {ref}:{tag} ended without a digest; the registry did not confirm it")
     print(f"==> pushed {ref}:{tag} ({digest}) in {time.monotonic() - start:.0f}s", flush=True)
@@ -94,7 +100,9 @@ def _upload_blob(base: str, repo: str, data: bytes) -> dict:
     if location.startswith("/"):
         location = base.rsplit("/v2", 1)[0] + location
     sep = "&" if "?" in location else "?"
-    put = requests.put(f"{location}{sep}digest={digest}", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=300)
+    put = requests.put(
+        f"{location}{sep}digest={digest}", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=300
+    )
     put.raise_for_status()
     return {"digest": digest, "size": len(data)}
 

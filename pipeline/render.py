@@ -36,7 +36,7 @@ def _pip_run(matrix: Matrix, pip_args: str) -> str:
 
 def pip_layers(matrix: Matrix, variant: Variant) -> str:
     """The Dockerfile's Python package layers: from the variant's lock when it has one."""
-    indexes = f"--index-url {variant.index}" + ("" if variant.uses_pypi else " --extra-index-url https://pypi.org/simple")
+    indexes = " ".join(variant.index_args())
     secret_note = (
         "# The proxy CA, when given (build.py --ca-cert), is a BuildKit secret: it is\n"
         "# mounted for each install RUN only and never stored in a layer.\n"
@@ -69,7 +69,8 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
         [
             f"# No lock yet for {variant.name}: its index could not be reached where the locks\n"
             f"# were made. Pins only; run `python build.py lock --cuda {variant.cuda}` where it can.\n"
-            "# torch and the CUDA libraries it brings (nvidia-* wheels): the largest layer.\n" + secret_note
+            "# torch and the CUDA libraries it brings (nvidia-* wheels): the largest layer.\n"
+            + secret_note
             + _pip_run(matrix, f'--index-url {variant.index} "torch=={variant.torch}"'),
             _pip_run(matrix, f"--index-url {variant.index} {torch_pins}"),
             "# JupyterLab, gymnasium and the benchmark's tools; torch stays as is.\n"

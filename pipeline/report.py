@@ -51,4 +51,3 @@ def write_report(
     path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     write_page(path)
     return path
-

@@ -119,7 +119,9 @@ def check_request(config: BuildConfig, gpus: int) -> None:
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
     """(labels, environment) that only validation knows, for the config-only child image."""
     release = json.dumps(validation.release_figures(), sort_keys=True, separators=(",", ":"))
-    accepted = ", ".join(f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING)
+    accepted = ", ".join(
+        f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING
+    )
     image_labels = {
         f"{labels.PREFIX}advisories": (accepted or "none known") + f" (PyPA data as of {validation.audit.get('as_of')})",
         "org.opencontainers.image.version": immutable,
@@ -183,13 +185,13 @@ def run(config: BuildConfig) -> RunResult:
         print(f"==> note: {variant.note}", flush=True)
     print(
         f"==> {variant.name}: torch {variant.torch}, torchvision {variant.torchvision}, torchaudio {variant.torchaudio}, "
-        f"CUDA {variant.cuda}, Python {variant.python}; validation on {'%d GPU(s)' % gpus if gpus else 'the CPU (no GPU on this host)'}",
+        f"CUDA {variant.cuda}, Python {variant.python}; validation on {f'{gpus} GPU(s)' if gpus else 'the CPU (no GPU on this host)'}",
         flush=True,
     )
     client = docker_env.docker_client()
     cli = docker_env.find_build_cli()
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"

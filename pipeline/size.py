@@ -16,7 +16,11 @@ def size_summary(client, image_id: str, top: int = 5) -> dict:
         if int(h.get("Size") or 0) > 0
     ]
     layers.sort(key=lambda layer: layer["bytes"], reverse=True)
-    return {"uncompressed_bytes": int(image.attrs["Size"]), "layers": len(image.attrs["RootFS"]["Layers"]), "largest_layers": layers[:top]}
+    return {
+        "uncompressed_bytes": int(image.attrs["Size"]),
+        "layers": len(image.attrs["RootFS"]["Layers"]),
+        "largest_layers": layers[:top],
+    }
 
 
 def check_budget(summary: dict, variant: Variant) -> None:

@@ -23,7 +23,11 @@ def check_facts_match_pins(variant: Variant, smoke_report: dict) -> None:
     torch, cuda, python = image_facts(smoke_report)
     mismatches = [
         f"{what} {got or 'unknown'} (pinned {pinned})"
-        for what, got, pinned in (("torch", torch, variant.torch), ("CUDA", cuda, variant.cuda), ("Python", python, variant.python))
+        for what, got, pinned in (
+            ("torch", torch, variant.torch),
+            ("CUDA", cuda, variant.cuda),
+            ("Python", python, variant.python),
+        )
         if got != pinned
     ]
     if mismatches:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pipeline import advisories as advisory_db
 from pipeline import audit, hygiene, labels, sbom, size
@@ -121,10 +121,14 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
     except ValueError:
         return f"the image's {SPEC_IN_IMAGE} is not JSON"
     want = variant.spec()
-    differ = sorted(k for k in set(want["expect"]) | set(spec.get("expect", {})) if want["expect"].get(k) != spec.get("expect", {}).get(k))
+    differ = sorted(
+        k for k in set(want["expect"]) | set(spec.get("expect", {})) if want["expect"].get(k) != spec.get("expect", {}).get(k)
+    )
     differ += ["ppo_gate"] if spec.get("ppo_gate") != want["ppo_gate"] else []
     if differ:
-        return f"the image's spec differs from images/variants.toml in {', '.join(differ)}: rebuild after `python build.py render`"
+        return (
+            f"the image's spec differs from images/variants.toml in {', '.join(differ)}: rebuild after `python build.py render`"
+        )
     return None
 
 
@@ -174,16 +178,24 @@ def sbom_and_audit(req: Request, found: Findings) -> list[str]:
         flush=True,
     )
     for entry in result["allowed"]:
-        print(f"  │ accepted: {entry['id']} ({entry['severity']}) in {entry['package']} {entry['version']}, until {entry['expires']}: {entry['reason']}", flush=True)
+        print(
+            f"  │ accepted: {entry['id']} ({entry['severity']}) in {entry['package']} {entry['version']}, until {entry['expires']}: {entry['reason']}",
+            flush=True,
+        )
     if result["stale"]:
         age = "of unknown age" if result["age_days"] is None else f"{result['age_days']} days old"
         print(
-            "  │ " + warn(f"stale: the advisory data is {age}")
+            "  │ "
+            + warn(f"stale: the advisory data is {age}")
             + "; pass --advisories with fresh OSV records (osv.dev PyPI/all.zip) or refresh the snapshot "
             "(python build.py advisories --from DIR)",
             flush=True,
         )
-    return [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"] if result["failing"] else []
+    return (
+        [f"vulnerability audit: {', '.join(result['failing'][:3])} not in images/audit-allowlist.toml"]
+        if result["failing"]
+        else []
+    )
 
 
 def warn(text: str) -> str:
@@ -206,7 +218,10 @@ def proof(req: Request, found: Findings) -> list[str]:
         req.client, req.image_id, command, timeout_s=PROOF_TIMEOUT_S, gpus=req.gpus, shm_size="2g",
         stream=True, fetch=OUT, what="the proof",
     )  # fmt: skip
-    print(f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""), flush=True)
+    print(
+        f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),
+        flush=True,
+    )
     write_files(done.files, req.out_dir)
     try:
         found.proof = json.loads(done.files["proof.json"])

@@ -85,6 +85,11 @@ class Variant:
     def uses_pypi(self) -> bool:
         return "pypi.org" in self.index
 
+    def index_args(self) -> list[str]:
+        """pip's index options for this line: its wheel index, plus PyPI for what PyTorch's per-CUDA
+        indexes do not mirror (JupyterLab and the rest)."""
+        return ["--index-url", self.index] + ([] if self.uses_pypi else ["--extra-index-url", "https://pypi.org/simple"])
+
     def expectations(self) -> dict:
         """What the smoke checks inside the image must find (smoke/expect.py's schema)."""
         return {

@@ -28,10 +28,14 @@ def field_docs(cls) -> dict[str, str]:
     except (OSError, TypeError):
         return {}
     docs, body = {}, tree.body[0].body
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)):
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             docs[node.target.id] = nxt.value.value
     return docs
 
@@ -51,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ppo_bench",
         description="PPO benchmark that must learn (CartPole-v1 by default). Writes result.json, "
-                    "learning_curve.png, TensorBoard events and a checkpoint to --out-dir.",
+        "learning_curve.png, TensorBoard events and a checkpoint to --out-dir.",
         epilog="Exit codes: 0 ok; 2 bad arguments or --require-gpu without a GPU; "
-               "3 --fail-below-target and the target return was not reached; "
-               "4 a collective across torchrun ranks did not complete within --dist-timeout; 1 unexpected error.",
+        "3 --fail-below-target and the target return was not reached; "
+        "4 a collective across torchrun ranks did not complete within --dist-timeout; 1 unexpected error.",
     )
     docs = field_docs(Args)
     for f in dataclasses.fields(Args):
@@ -62,12 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         typ = _base_type(f.type)
         help_text = docs.get(f.name, "")
         if typ is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=help_text)
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
         else:
             default_txt = "" if f.default is None else f" (default: {f.default})"
-            parser.add_argument(flag, dest=f.name, type=typ, default=f.default, metavar=typ.__name__.upper(),
-                                help=help_text + default_txt)
+            parser.add_argument(
+                flag, dest=f.name, type=typ, default=f.default, metavar=typ.__name__.upper(), help=help_text + default_txt
+            )
     return parser
 
 
@@ -80,18 +84,23 @@ def main(argv: list[str] | None = None) -> int:
     except PPOBenchError as exc:
         print(f"ppo_bench: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
-    summary = (f"ppo_bench: solved={result['solved']} final_mean_return={_fmt(result['final_mean_return'])} "
-               f"steps_to_target={result['steps_to_target']} seconds_to_target={_fmt(result['seconds_to_target'])} "
-               f"env_steps={result['total_env_steps']:,} wall={result['wall_seconds']:.2f}s "
-               f"sps={result['sps_end_to_end']:,.0f} device={result['device']} -> {ns.out_dir}/result.json")
+    summary = (
+        f"ppo_bench: solved={result['solved']} final_mean_return={_fmt(result['final_mean_return'])} "
+        f"steps_to_target={result['steps_to_target']} seconds_to_target={_fmt(result['seconds_to_target'])} "
+        f"env_steps={result['total_env_steps']:,} wall={result['wall_seconds']:.2f}s "
+        f"sps={result['sps_end_to_end']:,.0f} device={result['device']} -> {ns.out_dir}/result.json"
+    )
     if os.environ.get("RANK", "0") == "0":  # torchrun: one summary, from rank 0
         print(summary, flush=True)
     if ns.fail_below_target and not result["solved"] and result["finished"]:
-        print(f"ppo_bench: FAILED: mean return over the last {result['target_window']} episodes "
-              f"{_fmt(result['final_mean_return'])} never reached {result['target_return']:g} in "
-              f"{result['total_env_steps']:,} steps ({result['env_id']}, {result['backend']} backend, seed "
-              f"{result['seed']}, {result['device']}); see {ns.out_dir}/learning_curve.png",
-              file=sys.stderr, flush=True)
+        print(
+            f"ppo_bench: FAILED: mean return over the last {result['target_window']} episodes "
+            f"{_fmt(result['final_mean_return'])} never reached {result['target_return']:g} in "
+            f"{result['total_env_steps']:,} steps ({result['env_id']}, {result['backend']} backend, seed "
+            f"{result['seed']}, {result['device']}); see {ns.out_dir}/learning_curve.png",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_BELOW_TARGET
     return EXIT_OK
 

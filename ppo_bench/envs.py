@@ -72,8 +72,9 @@ class TorchCartPole:
     num_actions = 2
     continuous = False
 
-    def __init__(self, num_envs: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, max_episode_steps: int = 500):
+    def __init__(
+        self, num_envs: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, max_episode_steps: int = 500
+    ):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dtype = dtype
@@ -81,14 +82,13 @@ class TorchCartPole:
         self.state = torch.zeros((num_envs, 4), device=self.device, dtype=dtype)
         self.steps = torch.zeros(num_envs, device=self.device, dtype=torch.int32)
         self._reward = torch.ones(num_envs, device=self.device, dtype=torch.float32)
-        self._force_over_mass = torch.tensor([-self.force_mag / self.total_mass, self.force_mag / self.total_mass],
-                                             device=self.device, dtype=dtype)
-        self._limits = torch.tensor([self.x_threshold, self.theta_threshold_radians], device=self.device,
-                                    dtype=dtype)
+        self._force_over_mass = torch.tensor(
+            [-self.force_mag / self.total_mass, self.force_mag / self.total_mass], device=self.device, dtype=dtype
+        )
+        self._limits = torch.tensor([self.x_threshold, self.theta_threshold_radians], device=self.device, dtype=dtype)
 
     def _random_states(self) -> torch.Tensor:
-        return torch.empty((self.num_envs, 4), device=self.device, dtype=self.dtype).uniform_(
-            self.reset_low, self.reset_high)
+        return torch.empty((self.num_envs, 4), device=self.device, dtype=self.dtype).uniform_(self.reset_low, self.reset_high)
 
     def reset(self) -> torch.Tensor:
         """Start a new episode in every environment; returns the observations."""
@@ -110,7 +110,8 @@ class TorchCartPole:
         temp = force_over_mass + (self.polemass_length / self.total_mass) * (theta_dot * theta_dot) * sintheta
         # thetaacc = (g sin - cos temp) / (length * (4/3 - masspole cos^2 / total_mass))
         thetaacc = (self.gravity * sintheta - costheta * temp) / (
-            self.length * 4.0 / 3.0 - (self.length * self.masspole / self.total_mass) * (costheta * costheta))
+            self.length * 4.0 / 3.0 - (self.length * self.masspole / self.total_mass) * (costheta * costheta)
+        )
         xacc = temp - (self.polemass_length / self.total_mass) * thetaacc * costheta
         # Euler step of (x, x_dot, theta, theta_dot) with derivatives (x_dot, xacc, theta_dot, thetaacc).
         new_state = torch.add(self.state, torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=1), alpha=self.tau)
@@ -163,8 +164,7 @@ class GymVectorEnv:
             gym.spec(env_id)
         except gym.error.Error as exc:
             raise ConfigError(f"--env-id {env_id!r} is not a registered gymnasium environment ({exc})") from exc
-        self._vec = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)],
-                                  autoreset_mode=AutoresetMode.SAME_STEP)
+        self._vec = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
         self.envs = RecordEpisodeStatistics(self._vec)
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -235,8 +235,9 @@ def make_envs(backend: str, env_id: str, num_envs: int, seed: int, device: torch
     """The environments for one process (one rank)."""
     if backend == "torch":
         if env_id != "CartPole-v1":
-            raise ConfigError(f"--backend torch implements CartPole-v1 only, not {env_id!r}; "
-                              "use --backend gymnasium for other environments")
+            raise ConfigError(
+                f"--backend torch implements CartPole-v1 only, not {env_id!r}; use --backend gymnasium for other environments"
+            )
         return TorchCartPole(num_envs, device)
     if backend == "gymnasium":
         return GymVectorEnv(env_id, num_envs, seed, device)

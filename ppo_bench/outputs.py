@@ -91,8 +91,9 @@ def rolling_mean(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_learning_curve(path: Path, steps: list[int], returns: list[float], window: int,
-                        target: float | None, steps_to_target: int | None, title: str) -> None:
+def plot_learning_curve(
+    path: Path, steps: list[int], returns: list[float], window: int, target: float | None, steps_to_target: int | None, title: str
+) -> None:
     try:
         import matplotlib
     except ImportError:  # a bare host without matplotlib (the image has it)
@@ -105,8 +106,7 @@ def plot_learning_curve(path: Path, steps: list[int], returns: list[float], wind
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     if steps:
         ax.scatter(steps, returns, s=2, alpha=0.25, color="tab:blue", label="episode return")
-        ax.plot(steps, rolling_mean(returns, window), color="tab:orange", lw=2,
-                label=f"mean of last {window} episodes")
+        ax.plot(steps, rolling_mean(returns, window), color="tab:orange", lw=2, label=f"mean of last {window} episodes")
     if target is not None:
         ax.axhline(target, color="tab:green", ls="--", lw=1, label=f"target {target:g}")
     if steps_to_target is not None:
@@ -126,8 +126,7 @@ class Progress:
     line every `interval` seconds (streamed through docker logs, CI), flushed at once.
     `quiet` prints nothing (the other ranks of a torchrun job)."""
 
-    def __init__(self, total: int, initial: int, bar: bool, interval: float, quiet: bool = False,
-                 prefix: str = "ppo_bench"):
+    def __init__(self, total: int, initial: int, bar: bool, interval: float, quiet: bool = False, prefix: str = "ppo_bench"):
         self.total, self.prefix, self.interval = total, prefix, interval
         self.bar = None
         self.next_print = time.monotonic() + interval
@@ -146,8 +145,11 @@ class Progress:
         elif self.lines and time.monotonic() >= self.next_print:
             self.next_print = time.monotonic() + self.interval
             pct = 100.0 * step / max(self.total, 1)
-            print(f"{self.prefix}: step {step:,}/{self.total:,} ({pct:.0f}%) | mean return {ret} | "
-                  f"{sps:,.0f} steps/s | {elapsed:.1f}s", flush=True)
+            print(
+                f"{self.prefix}: step {step:,}/{self.total:,} ({pct:.0f}%) | mean return {ret} | "
+                f"{sps:,.0f} steps/s | {elapsed:.1f}s",
+                flush=True,
+            )
         self.last_step = step
 
     def close(self) -> None:

@@ -48,10 +48,28 @@ BACKENDS = ("torch", "gymnasium")
 # value clipping (with returns of order 100, clipping value updates to +-0.2
 # slowed the critic) and no entropy bonus (it kept the policy from settling at 500).
 BACKEND_DEFAULTS = {
-    "torch": dict(total_timesteps=2_000_000, num_envs=256, num_steps=16, learning_rate=4e-3,
-                  num_minibatches=4, update_epochs=4, clip_vloss=False, ent_coef=0.0, target_kl=0.03),
-    "gymnasium": dict(total_timesteps=500_000, num_envs=4, num_steps=128, learning_rate=2.5e-4,
-                      num_minibatches=4, update_epochs=4, clip_vloss=True, ent_coef=0.01, target_kl=0.0),
+    "torch": dict(
+        total_timesteps=2_000_000,
+        num_envs=256,
+        num_steps=16,
+        learning_rate=4e-3,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_vloss=False,
+        ent_coef=0.0,
+        target_kl=0.03,
+    ),
+    "gymnasium": dict(
+        total_timesteps=500_000,
+        num_envs=4,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_vloss=True,
+        ent_coef=0.01,
+        target_kl=0.0,
+    ),
 }
 
 
@@ -69,7 +87,8 @@ class Args:
     require_gpu: bool = False
     """fail with exit code 2 unless torch sees a CUDA GPU"""
     threads: int = 1
-    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). The networks are too small to gain from more, and extra threads spin against other work on a shared CPU"""
+    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). The networks are too small
+    to gain from more, and extra threads spin against other work on a shared CPU"""
 
     # --- environment ----------------------------------------------------------
     backend: str = "torch"
@@ -153,8 +172,18 @@ class Args:
 
 
 # Fields that may differ between a run and its --resume (they do not change results).
-RUNTIME_ONLY_FIELDS = {"out_dir", "progress", "progress_interval", "checkpoint_every", "resume",
-                       "stop_after_iterations", "require_gpu", "fail_below_target", "stop_at_target", "dist_timeout"}
+RUNTIME_ONLY_FIELDS = {
+    "out_dir",
+    "progress",
+    "progress_interval",
+    "checkpoint_every",
+    "resume",
+    "stop_after_iterations",
+    "require_gpu",
+    "fail_below_target",
+    "stop_at_target",
+    "dist_timeout",
+}
 
 
 def resolve_args(args: Args) -> Args:
@@ -171,8 +200,10 @@ def resolve_args(args: Args) -> Args:
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if (args.num_envs * args.num_steps) % args.num_minibatches:
-        raise ConfigError(f"num_envs*num_steps ({args.num_envs}*{args.num_steps}) must be divisible by "
-                          f"--num-minibatches ({args.num_minibatches})")
+        raise ConfigError(
+            f"num_envs*num_steps ({args.num_envs}*{args.num_steps}) must be divisible by "
+            f"--num-minibatches ({args.num_minibatches})"
+        )
     if args.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device must be auto, cpu or cuda, not {args.device!r}")
     if args.amp not in ("off", "bf16", "fp16"):
@@ -218,8 +249,10 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 def mlp(in_dim: int, out_dim: int, out_std: float, hidden: int, activation: str) -> nn.Sequential:
     act = ACTIVATIONS[activation]
     return nn.Sequential(
-        layer_init(nn.Linear(in_dim, hidden)), act(),
-        layer_init(nn.Linear(hidden, hidden)), act(),
+        layer_init(nn.Linear(in_dim, hidden)),
+        act(),
+        layer_init(nn.Linear(hidden, hidden)),
+        act(),
         layer_init(nn.Linear(hidden, out_dim), std=out_std),
     )
 
@@ -227,8 +260,7 @@ def mlp(in_dim: int, out_dim: int, out_std: float, hidden: int, activation: str)
 class Agent(nn.Module):
     """Categorical policy for discrete actions, diagonal Gaussian for Box actions."""
 
-    def __init__(self, obs_dim: int, num_actions: int, continuous: bool, hidden: int = 64,
-                 activation: str = "tanh"):
+    def __init__(self, obs_dim: int, num_actions: int, continuous: bool, hidden: int = 64, activation: str = "tanh"):
         super().__init__()
         self.continuous = continuous
         self.critic = mlp(obs_dim, 1, 1.0, hidden, activation)
@@ -328,7 +360,8 @@ def pick_device(args: Args, local_rank: int) -> torch.device:
         flag = "--require-gpu" if args.require_gpu else "--device cuda"
         raise GpuRequiredError(
             f"{flag}: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees no CUDA GPU; "
-            "run on a GPU host (docker run --gpus all ...) or drop the flag")
+            "run on a GPU host (docker run --gpus all ...) or drop the flag"
+        )
     if args.device == "cpu" or (args.device == "auto" and not has_cuda):
         if args.cuda_graphs:
             raise ConfigError("--cuda-graphs needs a CUDA device (this run is on the CPU)")
@@ -376,7 +409,8 @@ class Collectives:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             raise DistributedError(
                 f"rank {self.rank} of {self.world_size}: {what} did not complete within {self.timeout_s:g} s "
-                f"(another rank stalled or died): {first}") from None
+                f"(another rank stalled or died): {first}"
+            ) from None
 
     def broadcast_(self, tensor: torch.Tensor, what: str) -> None:
         if self.world_size > 1:
@@ -495,13 +529,13 @@ def train(args: Args) -> dict:
     envs = make_envs(args.backend, args.env_id, args.num_envs, seed=args.seed + 100_000 * rank, device=device)
     obs_shape = envs.single_observation_shape
 
-    agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size,
-                  args.activation).to(device)
+    agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size, args.activation).to(device)
     for p in agent.parameters():
         comms.broadcast_(p.data, "the initial weights (broadcast from rank 0)")
     fused = args.adam in ("auto", "fused")
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5,
-                                 **({"fused": True} if fused else {"foreach": True}))
+    optimizer = torch.optim.Adam(
+        agent.parameters(), lr=args.learning_rate, eps=1e-5, **({"fused": True} if fused else {"foreach": True})
+    )
     amp_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
 
@@ -515,8 +549,11 @@ def train(args: Args) -> dict:
     T, N = args.num_steps, args.num_envs
     obs_buf = torch.zeros((T, N) + obs_shape, device=device)
     final_obs_buf = torch.zeros((T, N) + obs_shape, device=device)
-    actions_buf = (torch.zeros((T, N, envs.num_actions), device=device) if envs.continuous
-                   else torch.zeros((T, N), device=device, dtype=torch.long))
+    actions_buf = (
+        torch.zeros((T, N, envs.num_actions), device=device)
+        if envs.continuous
+        else torch.zeros((T, N), device=device, dtype=torch.long)
+    )
     logprobs_buf = torch.zeros((T, N), device=device)
     values_buf = torch.zeros((T, N), device=device)
     rewards_buf = torch.zeros((T, N), device=device)
@@ -548,7 +585,7 @@ def train(args: Args) -> dict:
         timing, reached = ckpt["timing"], ckpt["reached"]
         update_epochs = ckpt.get("update_epochs", [])
         set_rng_state(ckpt["rng"], device)
-    recent = deque(ep_returns[-args.target_window:], maxlen=args.target_window)
+    recent = deque(ep_returns[-args.target_window :], maxlen=args.target_window)
 
     def act_and_step(obs):
         with autocast():
@@ -606,7 +643,7 @@ def train(args: Args) -> dict:
         offset = 0
         for p in params:
             n = p.numel()
-            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
 
     def sync():
@@ -619,20 +656,33 @@ def train(args: Args) -> dict:
         out_dir.mkdir(parents=True, exist_ok=True)
         writer = outputs.make_writer(out_dir, purge_step=global_step if ckpt else None)
         if ckpt is None:
-            writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
-                f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items()))
-    progress = outputs.Progress(args.total_timesteps, global_step, bar=args.progress,
-                                interval=args.progress_interval, quiet=rank != 0)
+            writer.add_text(
+                "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
+            )
+    progress = outputs.Progress(
+        args.total_timesteps, global_step, bar=args.progress, interval=args.progress_interval, quiet=rank != 0
+    )
 
     def save(iteration: int) -> None:
-        outputs.save_checkpoint(ckpt_path, {
-            "format": 1, "args": dataclasses.asdict(args), "iteration": iteration, "global_step": global_step,
-            "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "envs": envs.state_dict(), "next_obs": next_obs.cpu(), "rng": rng_state(device),
-            "episodes": {"steps": ep_steps, "returns": ep_returns, "lengths": ep_lengths},
-            "timing": timing, "reached": reached, "update_epochs": update_epochs,
-        })
+        outputs.save_checkpoint(
+            ckpt_path,
+            {
+                "format": 1,
+                "args": dataclasses.asdict(args),
+                "iteration": iteration,
+                "global_step": global_step,
+                "agent": agent.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "envs": envs.state_dict(),
+                "next_obs": next_obs.cpu(),
+                "rng": rng_state(device),
+                "episodes": {"steps": ep_steps, "returns": ep_returns, "lengths": ep_lengths},
+                "timing": timing,
+                "reached": reached,
+                "update_epochs": update_epochs,
+            },
+        )
 
     wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
     t_loop = time.perf_counter()
@@ -659,8 +709,7 @@ def train(args: Args) -> dict:
         # Episodes that ended in this rollout: one read-back per iteration.
         done_mask = ep_len_buf > 0
         t_idx = done_mask.nonzero()[:, 0]
-        finished = torch.stack((t_idx.double(), ep_ret_buf[done_mask].double(),
-                                ep_len_buf[done_mask].double()), 1).cpu().tolist()
+        finished = torch.stack((t_idx.double(), ep_ret_buf[done_mask].double(), ep_len_buf[done_mask].double()), 1).cpu().tolist()
         if world_size > 1:
             gathered = comms.gather(finished, "all_gather_object of the finished episodes")
             finished = [row for rows in gathered for row in rows]
@@ -698,7 +747,7 @@ def train(args: Args) -> dict:
             perm = torch.randperm(batch_size, device=device)
             shuffled = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)]
             for start in range(0, batch_size, minibatch_size):
-                loss, stats = loss_fn(*(x[start:start + minibatch_size] for x in shuffled))
+                loss, stats = loss_fn(*(x[start : start + minibatch_size] for x in shuffled))
                 optimizer.zero_grad(set_to_none=True)
                 (scaler.scale(loss) if scaler is not None else loss).backward()
                 if world_size > 1:
@@ -731,14 +780,24 @@ def train(args: Args) -> dict:
         timing["wall"] = wall0 + time.perf_counter() - t_start
         timing["cpu"] = cpu0 + time.process_time() - cpu_start
         mean_recent = sum(recent) / len(recent) if recent else None
-        if (reached["steps_to_target"] is None and args.target_return is not None
-                and len(recent) == args.target_window and mean_recent >= args.target_return):
-            reached = {"steps_to_target": global_step, "seconds_to_target": timing["wall"],
-                       "cpu_seconds_to_target": timing["cpu"]}
+        if (
+            reached["steps_to_target"] is None
+            and args.target_return is not None
+            and len(recent) == args.target_window
+            and mean_recent >= args.target_return
+        ):
+            reached = {
+                "steps_to_target": global_step,
+                "seconds_to_target": timing["wall"],
+                "cpu_seconds_to_target": timing["cpu"],
+            }
             if rank == 0:
-                print(f"ppo_bench: target reached: mean return {mean_recent:.1f} >= {args.target_return:g} "
-                      f"over the last {args.target_window} episodes at step {global_step:,} "
-                      f"after {timing['wall']:.2f}s", flush=True)
+                print(
+                    f"ppo_bench: target reached: mean return {mean_recent:.1f} >= {args.target_return:g} "
+                    f"over the last {args.target_window} episodes at step {global_step:,} "
+                    f"after {timing['wall']:.2f}s",
+                    flush=True,
+                )
         sps = (global_step - (start_iteration - 1) * global_batch) / max(time.perf_counter() - t_loop, 1e-9)
         progress.update(global_step, mean_recent, sps, timing["wall"])
         if writer is not None:
@@ -750,11 +809,9 @@ def train(args: Args) -> dict:
             if mean_recent is not None:
                 writer.add_scalar("charts/episodic_return", mean_recent, global_step)
             if finished:
-                writer.add_scalar("charts/episodic_return_iteration", sum(r[1] for r in finished) / len(finished),
-                                  global_step)
-                writer.add_scalar("charts/episodic_length", sum(r[2] for r in finished) / len(finished),
-                                  global_step)
-            for name, value in zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), metrics):
+                writer.add_scalar("charts/episodic_return_iteration", sum(r[1] for r in finished) / len(finished), global_step)
+                writer.add_scalar("charts/episodic_length", sum(r[2] for r in finished) / len(finished), global_step)
+            for name, value in zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), metrics, strict=True):
                 writer.add_scalar(f"losses/{name}", value, global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
@@ -773,7 +830,7 @@ def train(args: Args) -> dict:
     comms.barrier("the barrier after the last checkpoint")
 
     total_wall = time.perf_counter() - t_start
-    window = ep_returns[-args.target_window:]
+    window = ep_returns[-args.target_window :]
     steps_run = global_step  # over all invocations of this run
     result = {
         "solved": reached["steps_to_target"] is not None,
@@ -808,9 +865,14 @@ def train(args: Args) -> dict:
     if rank == 0:
         writer.close()
         outputs.plot_learning_curve(
-            out_dir / "learning_curve.png", ep_steps, ep_returns, args.target_window, args.target_return,
+            out_dir / "learning_curve.png",
+            ep_steps,
+            ep_returns,
+            args.target_window,
+            args.target_return,
             reached["steps_to_target"],
-            title=f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})")
+            title=f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})",
+        )
         outputs.write_json(out_dir / "result.json", result)
     comms.barrier("the barrier after the result")
     comms.close()

@@ -48,7 +48,7 @@ t5=$(now)
 iid2=$(cat "$work/iid2")
 $DOCKER tag "$iid2" "$REGISTRY/proven-torch-bench:changed"
 t6=$(now)
-push_log=$($DOCKER push "$REGISTRY/proven-torch-bench:changed")
+$DOCKER push "$REGISTRY/proven-torch-bench:changed" >/dev/null
 t7=$(now)
 pushed_bytes=$(comm -13 \
     <(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' "http://$REGISTRY/v2/proven-torch-bench/manifests/cold" | $PY -c 'import json,sys; [print(l["digest"], l["size"]) for l in json.load(sys.stdin)["layers"]]' | sort) \

@@ -50,15 +50,43 @@ def main() -> int:
             if any(name.startswith(s) for s in a.skip):
                 continue
             d = out / f"v{i}-r{round_}"
-            cmd = [a.python, "-m", "ppo_bench", "--seed", "1", "--total-timesteps", str(a.steps), "--target-kl", "0",
-                   "--no-progress", "--progress-interval", "1000", "--checkpoint-every", "0", "--out-dir", str(d),
-                   *extra]
+            cmd = [
+                a.python,
+                "-m",
+                "ppo_bench",
+                "--seed",
+                "1",
+                "--total-timesteps",
+                str(a.steps),
+                "--target-kl",
+                "0",
+                "--no-progress",
+                "--progress-interval",
+                "1000",
+                "--checkpoint-every",
+                "0",
+                "--out-dir",
+                str(d),
+                *extra,
+            ]
             proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
             row = {"variant": name, "command": cmd, "returncode": proc.returncode}
             if proc.returncode == 0:
                 r = json.loads((d / "result.json").read_text())
-                row.update({k: r[k] for k in ("sps_rollout", "sps_update", "sps_end_to_end", "wall_seconds",
-                                              "cpu_seconds", "total_env_steps", "final_mean_return")})
+                row.update(
+                    {
+                        k: r[k]
+                        for k in (
+                            "sps_rollout",
+                            "sps_update",
+                            "sps_end_to_end",
+                            "wall_seconds",
+                            "cpu_seconds",
+                            "total_env_steps",
+                            "final_mean_return",
+                        )
+                    }
+                )
             else:
                 row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
             print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
@@ -73,8 +101,10 @@ def main() -> int:
         if "error" in r:
             print(f"| {r['variant']} | not run: {r['error']} | | | |")
         else:
-            print(f"| {r['variant']} | {r['sps_rollout']:,.0f} | {r['sps_update']:,.0f} | "
-                  f"{r['sps_end_to_end']:,.0f} | {r['cpu_seconds']:.2f} |")
+            print(
+                f"| {r['variant']} | {r['sps_rollout']:,.0f} | {r['sps_update']:,.0f} | "
+                f"{r['sps_end_to_end']:,.0f} | {r['cpu_seconds']:.2f} |"
+            )
     return 0
 
 

@@ -17,11 +17,13 @@ sha256="d8dfbb7ac0b21e747b77d6e6673e566db4d6cdacc83bcebcd19cf87ad0e459ae"
 url="https://raw.githubusercontent.com/vwxyzjn/cleanrl/${commit}/cleanrl/ppo.py"
 
 torch_version="$("$repo/.venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+# tensorboard as the images have it (the matrix's pin)
+tensorboard_version="$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["packages"]["tensorboard"])' "$repo/images/variants.toml")"
 if [[ ! -x "$venv/bin/python" ]]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet "torch==${torch_version}" "gymnasium==0.29.1" "numpy<2" \
-    "tyro==1.0.17" "tensorboard==2.21.0"
+    "tyro==1.0.17" "tensorboard==${tensorboard_version}"
 
 mkdir -p "$dir"
 if [[ ! -f "$dir/ppo.py" ]]; then

@@ -46,8 +46,13 @@ def machine() -> dict:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
         model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), None)
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
-    return {"nproc": int(nproc) if nproc.isdigit() else os.cpu_count(), "cpu_model": model,
-            "kernel": platform.release(), "machine": platform.machine(), "gpu": "none used (CPU runs)"}
+    return {
+        "nproc": int(nproc) if nproc.isdigit() else os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "gpu": "none used (CPU runs)",
+    }
 
 
 def run_cleanrl(python: str, ppo: str, seed: int, workdir: Path, timeout: float, threads: int) -> dict:
@@ -55,14 +60,20 @@ def run_cleanrl(python: str, ppo: str, seed: int, workdir: Path, timeout: float,
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [python, "-u", str(RUNNER), ppo, "--seed", str(seed)]
     recent: deque[float] = deque(maxlen=WINDOW)
-    res = {"command": cmd, "omp_num_threads": threads, "steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None,
-           "episodes": 0, "last_reported_sps": None}
+    res = {
+        "command": cmd,
+        "omp_num_threads": threads,
+        "steps_to_target": None,
+        "seconds_to_target": None,
+        "cpu_seconds_to_target": None,
+        "episodes": 0,
+        "last_reported_sps": None,
+    }
     last = (0.0, 0.0, 0)
     t_launch = time.perf_counter()
     with open(workdir / "stderr.log", "w") as err, open(workdir / "stdout.log", "w") as log:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))  # torch's default thread count
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-                                bufsize=1)
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -93,19 +104,40 @@ def run_cleanrl(python: str, ppo: str, seed: int, workdir: Path, timeout: float,
                     proc.kill()
                     proc.wait()
     if res["episodes"] == 0:
-        res["error"] = ("CleanRL printed no episode returns: its venv needs gymnasium<1.0 "
-                        f"(see {workdir / 'stderr.log'})")
+        res["error"] = f"CleanRL printed no episode returns: its venv needs gymnasium<1.0 (see {workdir / 'stderr.log'})"
     wall, cpu, step = last
-    res.update(wall_seconds=wall, cpu_seconds=cpu, env_steps=step,
-               sps_end_to_end=step / wall if wall else None, returncode=proc.returncode)
+    res.update(
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        env_steps=step,
+        sps_end_to_end=step / wall if wall else None,
+        returncode=proc.returncode,
+    )
     return res
 
 
 def run_ours(python: str, seed: int, out_dir: Path, extra: list[str], timeout: float) -> dict:
     """ppo_bench with the gate's command line (build.py runs the same in the image)."""
-    cmd = [python, "-m", "ppo_bench", "--backend", "torch", "--env-id", "CartPole-v1", "--seed", str(seed),
-           "--total-timesteps", "2000000", "--target-return", str(TARGET), "--stop-at-target",
-           "--no-progress", "--out-dir", str(out_dir), *extra]
+    cmd = [
+        python,
+        "-m",
+        "ppo_bench",
+        "--backend",
+        "torch",
+        "--env-id",
+        "CartPole-v1",
+        "--seed",
+        str(seed),
+        "--total-timesteps",
+        "2000000",
+        "--target-return",
+        str(TARGET),
+        "--stop-at-target",
+        "--no-progress",
+        "--out-dir",
+        str(out_dir),
+        *extra,
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
     process_wall = time.perf_counter() - t0
@@ -114,9 +146,22 @@ def run_ours(python: str, seed: int, out_dir: Path, extra: list[str], timeout: f
     if proc.returncode != 0 or not (out_dir / "result.json").exists():
         return {"command": cmd, "error": f"exit {proc.returncode}: {proc.stderr.strip()[-500:]}"}
     r = json.loads((out_dir / "result.json").read_text())
-    keep = ("solved", "steps_to_target", "seconds_to_target", "cpu_seconds_to_target", "wall_seconds",
-            "cpu_seconds", "sps_end_to_end", "sps_rollout", "sps_update", "total_env_steps", "num_envs",
-            "torch_threads", "device", "torch")
+    keep = (
+        "solved",
+        "steps_to_target",
+        "seconds_to_target",
+        "cpu_seconds_to_target",
+        "wall_seconds",
+        "cpu_seconds",
+        "sps_end_to_end",
+        "sps_rollout",
+        "sps_update",
+        "total_env_steps",
+        "num_envs",
+        "torch_threads",
+        "device",
+        "torch",
+    )
     return {"command": cmd, "process_wall_seconds": process_wall, **{k: r[k] for k in keep}}
 
 
@@ -127,14 +172,21 @@ def ratio(a, b):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cleanrl-ppo", default=os.environ.get("CLEANRL_PPO"), help="path of CleanRL's ppo.py")
-    p.add_argument("--cleanrl-python", default=os.environ.get("CLEANRL_PYTHON"),
-                   help="python of a venv with CleanRL's deps (gymnasium 0.29.1, tyro, tensorboard, torch)")
+    p.add_argument(
+        "--cleanrl-python",
+        default=os.environ.get("CLEANRL_PYTHON"),
+        help="python of a venv with CleanRL's deps (gymnasium 0.29.1, tyro, tensorboard, torch)",
+    )
     p.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"), help="python for ppo_bench")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     p.add_argument("--out", default=str(REPO / "runs" / "bench-ppo"), help="output folder")
     p.add_argument("--ours-arg", action="append", default=[], help="extra argument for ppo_bench (repeatable)")
-    p.add_argument("--cleanrl-threads", type=int, default=1,
-                   help="OMP_NUM_THREADS for CleanRL (default 1, like ppo_bench's --threads default)")
+    p.add_argument(
+        "--cleanrl-threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS for CleanRL (default 1, like ppo_bench's --threads default)",
+    )
     p.add_argument("--timeout", type=float, default=400, help="seconds allowed per run")
     p.add_argument("--check", action="store_true", help="exit 1 when a median ratio is below 10")
     a = p.parse_args()
@@ -149,29 +201,50 @@ def main() -> int:
     runs, failed = [], False
     for seed in seeds:  # alternate the two programs so both see the same machine conditions
         print(f"seed {seed}: CleanRL ppo.py ...", flush=True)
-        cr = run_cleanrl(a.cleanrl_python, a.cleanrl_ppo, seed, out / f"cleanrl-seed{seed}", a.timeout,
-                         a.cleanrl_threads)
-        print(f"  {json.dumps({k: cr.get(k) for k in ('steps_to_target', 'seconds_to_target', 'cpu_seconds_to_target', 'sps_end_to_end', 'error')})}", flush=True)
+        cr = run_cleanrl(a.cleanrl_python, a.cleanrl_ppo, seed, out / f"cleanrl-seed{seed}", a.timeout, a.cleanrl_threads)
+        print(
+            f"  {json.dumps({k: cr.get(k) for k in ('steps_to_target', 'seconds_to_target', 'cpu_seconds_to_target', 'sps_end_to_end', 'error')})}",
+            flush=True,
+        )
         print(f"seed {seed}: ppo_bench ...", flush=True)
         ours = run_ours(a.python, seed, out / f"ppo_bench-seed{seed}", a.ours_arg, a.timeout)
-        print(f"  {json.dumps({k: ours.get(k) for k in ('steps_to_target', 'seconds_to_target', 'cpu_seconds_to_target', 'sps_end_to_end', 'error')})}", flush=True)
+        print(
+            f"  {json.dumps({k: ours.get(k) for k in ('steps_to_target', 'seconds_to_target', 'cpu_seconds_to_target', 'sps_end_to_end', 'error')})}",
+            flush=True,
+        )
         failed |= "error" in cr or "error" in ours
-        runs.append({"seed": seed, "cleanrl": cr, "ppo_bench": ours, "ratios": {
-            "cpu_seconds_to_target": ratio(cr.get("cpu_seconds_to_target"), ours.get("cpu_seconds_to_target")),
-            "seconds_to_target": ratio(cr.get("seconds_to_target"), ours.get("seconds_to_target")),
-            "sps_end_to_end": ratio(ours.get("sps_end_to_end"), cr.get("sps_end_to_end")),
-        }})
+        runs.append(
+            {
+                "seed": seed,
+                "cleanrl": cr,
+                "ppo_bench": ours,
+                "ratios": {
+                    "cpu_seconds_to_target": ratio(cr.get("cpu_seconds_to_target"), ours.get("cpu_seconds_to_target")),
+                    "seconds_to_target": ratio(cr.get("seconds_to_target"), ours.get("seconds_to_target")),
+                    "sps_end_to_end": ratio(ours.get("sps_end_to_end"), cr.get("sps_end_to_end")),
+                },
+            }
+        )
 
     def median(key):
         vals = [r["ratios"][key] for r in runs if r["ratios"][key] is not None]
         return statistics.median(vals) if vals else None
 
     summary = {k: median(k) for k in ("cpu_seconds_to_target", "seconds_to_target", "sps_end_to_end")}
-    summary["targets_met"] = {"cpu_time_to_475_at_most_one_tenth": (summary["cpu_seconds_to_target"] or 0) >= 10,
-                              "sps_at_least_10x": (summary["sps_end_to_end"] or 0) >= 10}
-    report = {"machine": machine(), "target_return": TARGET, "window": WINDOW, "seeds": seeds,
-              "cleanrl_ppo": str(Path(a.cleanrl_ppo).resolve()), "runs": runs, "median_ratios": summary,
-              "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    summary["targets_met"] = {
+        "cpu_time_to_475_at_most_one_tenth": (summary["cpu_seconds_to_target"] or 0) >= 10,
+        "sps_at_least_10x": (summary["sps_end_to_end"] or 0) >= 10,
+    }
+    report = {
+        "machine": machine(),
+        "target_return": TARGET,
+        "window": WINDOW,
+        "seeds": seeds,
+        "cleanrl_ppo": str(Path(a.cleanrl_ppo).resolve()),
+        "runs": runs,
+        "median_ratios": summary,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
 
     print("\n| seed | program | steps to 475 | wall s to 475 | CPU s to 475 | end-to-end SPS |")
@@ -179,10 +252,14 @@ def main() -> int:
     for r in runs:
         for name in ("cleanrl", "ppo_bench"):
             x = r[name]
-            print(f"| {r['seed']} | {name} | {x.get('steps_to_target')} | {_f(x.get('seconds_to_target'))} | "
-                  f"{_f(x.get('cpu_seconds_to_target'))} | {_f(x.get('sps_end_to_end'), 0)} |")
-    print(f"\nmedian ratios (CleanRL / ppo_bench for time, ppo_bench / CleanRL for SPS): "
-          f"{json.dumps({k: v for k, v in summary.items() if k != 'targets_met'})}")
+            print(
+                f"| {r['seed']} | {name} | {x.get('steps_to_target')} | {_f(x.get('seconds_to_target'))} | "
+                f"{_f(x.get('cpu_seconds_to_target'))} | {_f(x.get('sps_end_to_end'), 0)} |"
+            )
+    print(
+        f"\nmedian ratios (CleanRL / ppo_bench for time, ppo_bench / CleanRL for SPS): "
+        f"{json.dumps({k: v for k, v in summary.items() if k != 'targets_met'})}"
+    )
     print(f"targets met: {json.dumps(summary['targets_met'])}  ->  {out / 'bench.json'}")
     if failed:
         return 1

@@ -16,7 +16,7 @@
 # same steps on the CPU with a small throughput configuration, to test this
 # script where no GPU is: its output says so and is never GPU evidence.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 PY=${PYTHON:-python3}
 CPU_ONLY=${GPU_EVIDENCE_CPU:-0}

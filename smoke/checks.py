@@ -84,11 +84,7 @@ class Context:
 
 
 def _installed_distributions() -> dict[str, str]:
-    return {
-        rules.normalize_name(d.metadata["Name"]): d.version
-        for d in importlib.metadata.distributions()
-        if d.metadata["Name"]
-    }
+    return {rules.normalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 
 
 def check_versions(ctx: Context) -> Outcome:
@@ -180,7 +176,7 @@ def check_cudnn(ctx: Context) -> Outcome:
     cpu = conv_fwd_bwd(x, w, "cpu")
     gpu = conv_fwd_bwd(x, w, "cuda")
     torch.cuda.synchronize()
-    errors = {name: _rel_err(g, c) for name, g, c in zip(("output", "grad_input", "grad_weight"), gpu, cpu)}
+    errors = {name: _rel_err(g, c) for name, g, c in zip(("output", "grad_input", "grad_weight"), gpu, cpu, strict=True)}
     # TF32 (cuDNN's default for fp32 convs on Ampere+) gives ~1e-3; garbage gives ~1.
     bad = {k: v for k, v in errors.items() if not v < 1e-2}
     if bad:
@@ -383,8 +379,10 @@ def compile_prerequisites(device: str) -> str | None:
     in_image = Path("/opt/proven-torch/expect.json").is_file()
     fix = "the image is supposed to ship it: rebuild the image" if in_image else "install it"
     if find_compiler(device) is None:
-        need = "a C++ compiler ($CXX, g++ or clang++) for Inductor's CPU backend" if device == "cpu" else (
-            "a C compiler ($CC, gcc or clang) for Triton's launcher"
+        need = (
+            "a C++ compiler ($CXX, g++ or clang++) for Inductor's CPU backend"
+            if device == "cpu"
+            else ("a C compiler ($CC, gcc or clang) for Triton's launcher")
         )
         return f"torch.compile on {device} needs {need}; none found on PATH: {fix} (Debian: apt-get install gcc g++)"
     if python_headers() is None:
@@ -446,9 +444,7 @@ def dataloader_roundtrip(pin_memory: bool, workers: int = 2) -> str:
 
     data = torch.arange(64 * 3 * 64 * 64, dtype=torch.float32).reshape(64, 3, 64, 64)
     labels = torch.arange(64)
-    loader = DataLoader(
-        TensorDataset(data, labels), batch_size=8, num_workers=workers, pin_memory=pin_memory, timeout=60
-    )
+    loader = DataLoader(TensorDataset(data, labels), batch_size=8, num_workers=workers, pin_memory=pin_memory, timeout=60)
     seen, total = 0, 0.0
     for batch, idx in loader:
         if pin_memory and not batch.is_pinned():
@@ -483,7 +479,10 @@ def check_driver(ctx: Context) -> Outcome:
     """The host's NVIDIA driver is new enough for this image's CUDA line."""
     facts = ctx.facts
     verdict = rules.driver_status(
-        facts.get("driver"), ctx.expect.get("min_driver"), ctx.expect.get("cuda") or facts.get("cuda"), ctx.expect.get("driver_lines")
+        facts.get("driver"),
+        ctx.expect.get("min_driver"),
+        ctx.expect.get("cuda") or facts.get("cuda"),
+        ctx.expect.get("driver_lines"),
     )
     if verdict.status == "missing":
         if ctx.cuda_ok:  # e.g. WSL2 without a readable NVML: a working CUDA proves the driver fits

@@ -12,8 +12,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from smoke import checks, rules
 from smoke.expect import UsageError, expect_from_facts, load_expect, load_spec
@@ -36,7 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in checks.NAMES]
         if unknown or not wanted:
-            raise UsageError(f"--only: unknown check(s) {','.join(unknown) or '(none given)'}; choose from {','.join(checks.NAMES)}")
+            raise UsageError(
+                f"--only: unknown check(s) {','.join(unknown) or '(none given)'}; choose from {','.join(checks.NAMES)}"
+            )
         args.only = wanted
     if args.json_out is not None:
         try:

@@ -32,7 +32,7 @@ def verify(rank: int, world: int, observed: dict[str, list[float]]) -> list[str]
     problems = []
     for name, want in expected(rank, world).items():
         got = observed.get(name)
-        if got is None or len(got) != len(want) or any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
+        if got is None or len(got) != len(want) or any(abs(a - b) > 1e-6 for a, b in zip(got, want, strict=True)):
             problems.append(f"rank {rank}: {name} gave {got}, expected {want}")
     return problems
 
@@ -46,7 +46,9 @@ def bounded(rank: int, what: str, timeout: float, run) -> None:
         run()
     except RuntimeError as err:  # gloo's timeout / closed connection, NCCL's DistBackendError
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise CollectiveFailed(f"rank {rank}: {what} did not complete within {timeout:g} s (another rank stalled or died): {first}") from None
+        raise CollectiveFailed(
+            f"rank {rank}: {what} did not complete within {timeout:g} s (another rank stalled or died): {first}"
+        ) from None
 
 
 def run_collectives(torch, dist, device, timeout: float = 60.0) -> dict[str, list[float]]:
@@ -102,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         observed, problems = {}, [str(err)]
     finally:
         dist.destroy_process_group()
-    record = {"rank": rank, "world": world, "backend": args.backend, "device": str(device), "observed": observed, "problems": problems}
+    record = {
+        "rank": rank,
+        "world": world,
+        "backend": args.backend,
+        "device": str(device),
+        "observed": observed,
+        "problems": problems,
+    }
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record))
     for line in problems:
         print(line, file=sys.stderr, flush=True)

@@ -104,7 +104,7 @@ def validate_expect(data: object) -> dict:
         out[key] = value
     lines = out["driver_lines"]
     if lines is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in lines.items()):
-        raise UsageError('--expect driver_lines must map CUDA lines to driver versions, e.g. {"12.8": "525.60.13"}')
+        raise UsageError('--expect driver_lines must map CUDA lines to driver versions, e.g. {"12.8": "<minimum driver>"}')
     return out
 
 

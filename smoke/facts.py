@@ -43,9 +43,7 @@ def nvml_info(library: str = "libnvidia-ml.so.1") -> dict | None:
         driver = buf.value.decode() if nvml.nvmlSystemGetDriverVersion(buf, 96) == 0 else None
         cuda_driver = None
         value = ctypes.c_int()
-        getter = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(
-            nvml, "nvmlSystemGetCudaDriverVersion", None
-        )
+        getter = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(nvml, "nvmlSystemGetCudaDriverVersion", None)
         if getter is not None and getter(ctypes.byref(value)) == 0:
             cuda_driver = f"{value.value // 1000}.{value.value % 1000 // 10}"
         gpus = []

@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_expect_arguments(parser)
     parser.add_argument("--out", type=Path, help="write proof.json, smoke.json and the PPO outputs (learning_curve.png) here")
     parser.add_argument(
-        "--spec", type=Path, help="the image spec to prove against (default: $PROVEN_TORCH_SPEC, else /opt/proven-torch/expect.json)"
+        "--spec",
+        type=Path,
+        help="the image spec to prove against (default: $PROVEN_TORCH_SPEC, else /opt/proven-torch/expect.json)",
     )
     parser.add_argument(
         "--ppo-timeout", type=float, default=PPO_TIMEOUT_S, help="seconds the PPO gate may take (default: %(default)s)"
@@ -213,7 +215,9 @@ def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  |
 
 
 def run_gate(gate: dict, device: str, out_dir: Path, timeout: float, out: TextIO) -> tuple[dict, int | None]:
-    print(f"==> PPO gate on {device}: {gate['env_id']} must reach a mean return of {gate['target_return']:g}", file=out, flush=True)
+    print(
+        f"==> PPO gate on {device}: {gate['env_id']} must reach a mean return of {gate['target_return']:g}", file=out, flush=True
+    )
     code = run_streamed(ppo_command(gate, device, out_dir), timeout, out)
     try:
         result = json.loads((out_dir / "result.json").read_text())
@@ -243,7 +247,10 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
         "advisories": spec.get("advisories"),
         "failures": [],
     }
-    for line in [rules.advisory_summary(spec.get("advisories"), dt.date.today()), *rules.advisory_details(spec.get("advisories"))]:
+    for line in [
+        rules.advisory_summary(spec.get("advisories"), dt.date.today()),
+        *rules.advisory_details(spec.get("advisories")),
+    ]:
         print(line, file=out, flush=True)
 
     try:

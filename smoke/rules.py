@@ -184,7 +184,9 @@ def default_environment() -> dict[str, str]:
     }
 
 
-_MARKER_TOKEN = re.compile(r"\s*(\(|\)|and\b|or\b|not in\b|in\b|===|==|!=|<=|>=|~=|<|>|'[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_.]*)")
+_MARKER_TOKEN = re.compile(
+    r"\s*(\(|\)|and\b|or\b|not in\b|in\b|===|==|!=|<=|>=|~=|<|>|'[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_.]*)"
+)
 
 
 def marker_applies(marker: str, env: dict[str, str]) -> bool:
@@ -247,9 +249,7 @@ def is_cuda_runtime_requirement(name: str) -> bool:
     return name.startswith("nvidia-") or name == "triton"
 
 
-def check_requirements(
-    requires: list[str], installed: dict[str, str | None], env: dict[str, str]
-) -> tuple[list[str], list[str]]:
+def check_requirements(requires: list[str], installed: dict[str, str | None], env: dict[str, str]) -> tuple[list[str], list[str]]:
     """Check torch's nvidia-*/triton requirements against installed versions.
 
     `installed` maps normalized names to versions (None: not installed).
@@ -336,7 +336,7 @@ CUDA_MAJOR_MIN_DRIVER = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"
 
 
 def min_driver_for(cuda_line: str | None) -> str | None:
-    """NVIDIA's minimum driver for a CUDA line ('12.8' -> '525.60.13'); None when unknown or no CUDA."""
+    """NVIDIA's minimum driver for a CUDA line (by its major version); None when unknown or no CUDA."""
     if not cuda_line:
         return None
     return CUDA_MAJOR_MIN_DRIVER.get(str(cuda_line).split(".")[0])

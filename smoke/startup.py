@@ -34,7 +34,12 @@ def torch_build() -> tuple[str | None, str | None]:
 
 
 def report(
-    min_driver: str | None, nvml: dict | None, proc_driver: str | None, shm: int | None, torch_info: tuple, advisories: dict | None = None
+    min_driver: str | None,
+    nvml: dict | None,
+    proc_driver: str | None,
+    shm: int | None,
+    torch_info: tuple,
+    advisories: dict | None = None,
 ) -> list[str]:
     """The start-up lines, from given facts (pure, so tests feed any machine)."""
     version, cuda = torch_info

@@ -20,7 +20,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu_proof(docker, image):
-    return run_in_image(docker, image, proof_command(require_gpu=True), timeout_s=1800, gpus=1, shm_size="2g", fetch="/tmp/validation")
+    return run_in_image(
+        docker, image, proof_command(require_gpu=True), timeout_s=1800, gpus=1, shm_size="2g", fetch="/tmp/validation"
+    )
 
 
 def test_proof_with_gpu_required_passes(gpu_proof):

@@ -22,7 +22,13 @@ LOGIN = "user"
 READY_LINE = "JupyterLab is ready: "
 TOKEN_RE = re.compile(r"JupyterLab is ready: \S+/lab\?token=([0-9a-f]+)")
 # Docker's HEALTHCHECK every second in tests (the image says every 10 s).
-FAST_HEALTHCHECK = {"test": ["CMD", "healthcheck"], "interval": 1_000_000_000, "timeout": 5_000_000_000, "retries": 2, "start_period": 60_000_000_000}
+FAST_HEALTHCHECK = {
+    "test": ["CMD", "healthcheck"],
+    "interval": 1_000_000_000,
+    "timeout": 5_000_000_000,
+    "retries": 2,
+    "start_period": 60_000_000_000,
+}
 
 
 # --- SSH --------------------------------------------------------------------------
@@ -56,19 +62,28 @@ def client_options(key: Path | None, known_hosts: Path, options: tuple[str, ...]
     return argv
 
 
-def ssh_argv(port: int, key: Path | None, known_hosts: Path, command: list[str] | str, user: str = LOGIN, options: tuple[str, ...] = ()) -> list[str]:
+def ssh_argv(
+    port: int, key: Path | None, known_hosts: Path, command: list[str] | str, user: str = LOGIN, options: tuple[str, ...] = ()
+) -> list[str]:
     argv = ["ssh", "-p", str(port), *client_options(key, known_hosts, options), f"{user}@127.0.0.1"]
     return argv + ([command] if isinstance(command, str) else command)
 
 
-def ssh(port: int, key: Path | None, known_hosts: Path, command: list[str] | str, timeout: int = 60, **kwargs) -> subprocess.CompletedProcess:
+def ssh(
+    port: int, key: Path | None, known_hosts: Path, command: list[str] | str, timeout: int = 60, **kwargs
+) -> subprocess.CompletedProcess:
     argv = ssh_argv(port, key, known_hosts, command, **kwargs)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def host_keys(port: int) -> set[str]:
     """The host keys sshd on 127.0.0.1:`port` offers (ssh-keyscan), as 'type base64' strings."""
-    result = subprocess.run(["ssh-keyscan", "-T", "10", "-p", str(port), "-t", "ed25519,ecdsa", "127.0.0.1"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        ["ssh-keyscan", "-T", "10", "-p", str(port), "-t", "ed25519,ecdsa", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return {" ".join(line.split()[1:3]) for line in result.stdout.splitlines() if line and not line.startswith("#")}
 
 
@@ -140,7 +155,17 @@ class Jupyter:
         ws = websocket.create_connection(url, header=[f"Authorization: token {self.token}"], timeout=timeout)
         try:
             session = Session(key=secrets.token_bytes(16), username="test")  # signs nothing over the websocket
-            msg = session.msg("execute_request", content={"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+            msg = session.msg(
+                "execute_request",
+                content={
+                    "code": code,
+                    "silent": False,
+                    "store_history": False,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                    "stop_on_error": True,
+                },
+            )
             msg["channel"] = "shell"
             ws.send(json.dumps(msg, default=str))
             out = {"stdout": "", "result": None, "status": None, "error": ""}

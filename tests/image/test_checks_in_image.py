@@ -69,7 +69,9 @@ def test_proof_bad_argument_exits_2(docker, image):
 
 
 def test_smoke_with_no_arguments_checks_the_baked_pins(docker, image, variant):
-    done = run(docker, image, ["python", "-m", "smoke", "--only", "versions,driver", "--json-out", f"{OUT}/smoke.json"], timeout_s=300)
+    done = run(
+        docker, image, ["python", "-m", "smoke", "--only", "versions,driver", "--json-out", f"{OUT}/smoke.json"], timeout_s=300
+    )
     assert done.exit_code == 0, done.stdout + done.stderr
     result = json.loads(done.files["smoke.json"])
     assert result["expect"]["torch"] == variant.torch and result["expect"]["cuda"] == variant.cuda

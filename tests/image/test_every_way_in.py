@@ -88,7 +88,9 @@ def test_jupyter_terminal(box, expected):
     port, token = box["container"].ports[8888], box["token"]
     headers = {"Authorization": f"token {token}"}
     name = requests.post(f"http://127.0.0.1:{port}/api/terminals", headers=headers, timeout=30).json()["name"]
-    ws = websocket.create_connection(f"ws://127.0.0.1:{port}/terminals/websocket/{name}", header=[f"Authorization: token {token}"], timeout=30)
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{port}/terminals/websocket/{name}", header=[f"Authorization: token {token}"], timeout=30
+    )
     try:
         ws.send(json.dumps(["stdin", SHELL_PROBE + "\r"]))
         output, deadline = "", time.monotonic() + 120

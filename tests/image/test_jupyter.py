@@ -110,7 +110,9 @@ def test_a_given_token_works_and_is_not_printed(docker, image):
 def test_a_hashed_password_logs_in(docker, image):
     password = "correct horse battery staple"
     # The command the docs give for making a hash, through the image's entrypoint.
-    code, out = run_command(docker, image, ["python", "-c", f"from jupyter_server.auth import passwd; print(passwd({password!r}))"])
+    code, out = run_command(
+        docker, image, ["python", "-c", f"from jupyter_server.auth import passwd; print(passwd({password!r}))"]
+    )
     hashed = out.strip()
     assert code == 0 and hashed.startswith("argon2:"), out
     with TrackedContainer(docker, image, environment={"JUPYTER_PASSWORD_HASH": hashed}) as container:
@@ -120,7 +122,9 @@ def test_a_hashed_password_logs_in(docker, image):
         browser = requests.Session()
         assert browser.get(f"{base}/api/kernels", timeout=20).status_code in (401, 403)
         browser.get(f"{base}/login", timeout=20)
-        login = browser.post(f"{base}/login", data={"password": password, "_xsrf": browser.cookies["_xsrf"]}, allow_redirects=False, timeout=20)
+        login = browser.post(
+            f"{base}/login", data={"password": password, "_xsrf": browser.cookies["_xsrf"]}, allow_redirects=False, timeout=20
+        )
         assert login.status_code == 302, login.text[:500]
         assert browser.get(f"{base}/api/kernels", timeout=20).status_code == 200
         # The token keeps working beside the password.

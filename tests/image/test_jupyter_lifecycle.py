@@ -20,7 +20,9 @@ pytestmark = pytest.mark.image
 
 
 def test_a_user_command_keeps_its_exit_status_and_output(docker, image):
-    with TrackedContainer(docker, image, command=["python", "-c", "import sys; print('hello from x.py'); sys.exit(7)"]) as container:
+    with TrackedContainer(
+        docker, image, command=["python", "-c", "import sys; print('hello from x.py'); sys.exit(7)"]
+    ) as container:
         container.start()
         assert container.wait_exit(timeout=120) == 7
         assert container.logs() == "hello from x.py\n"
@@ -97,7 +99,9 @@ def test_an_empty_token_flag_is_refused(docker, image):
 
 
 def test_a_malformed_public_key_gives_one_log_line_and_jupyter_serves(docker, image):
-    with TrackedContainer(docker, image, environment={"PUBLIC_KEY": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAthisisnotakey me@laptop"}) as container:
+    with TrackedContainer(
+        docker, image, environment={"PUBLIC_KEY": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAthisisnotakey me@laptop"}
+    ) as container:
         container.start(ports=(8888,))
         token = wait_for_jupyter(container)
         ssh_lines = [line for line in container.logs().splitlines() if line.startswith("start.sh: SSH")]
@@ -117,7 +121,9 @@ def test_another_uid_with_a_bind_mount_serves_and_writes(docker, image, tmp_path
         container.start(ports=(8888,))
         token = wait_for_jupyter(container)
         jupyter = Jupyter(container.ports[8888], token)
-        response = jupyter.request("PUT", "/api/contents/from-jupyter.txt", json={"type": "file", "format": "text", "content": "written by JupyterLab\n"})
+        response = jupyter.request(
+            "PUT", "/api/contents/from-jupyter.txt", json={"type": "file", "format": "text", "content": "written by JupyterLab\n"}
+        )
         assert response.status_code == 201, response.text
         written = host_dir / "from-jupyter.txt"
         assert written.read_text() == "written by JupyterLab\n"

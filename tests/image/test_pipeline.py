@@ -29,8 +29,6 @@ from tests.image.conftest import REGISTRY, ca_cert
 
 pytestmark = pytest.mark.image
 
-MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
-
 
 @pytest.fixture(scope="module")
 def run_result(pipeline_run):
@@ -57,7 +55,12 @@ def test_the_report_comes_from_the_proof(report, run_result):
     proof = json.loads(run_result.report_path.with_name("proof.json").read_text())
     assert report["validation"]["smoke"] == proof["smoke"] and report["validation"]["ppo"] == proof["ppo"]
     assert report["validation"]["verdict"] == proof["verdict"] and proof["verdict"].startswith("proof: PROVEN on the CPU only")
-    assert [s["name"] for s in report["validation"]["stages"]] == ["labels, spec and size", "hygiene scan", "SBOM and audit", "proof"]
+    assert [s["name"] for s in report["validation"]["stages"]] == [
+        "labels, spec and size",
+        "hygiene scan",
+        "SBOM and audit",
+        "proof",
+    ]
     assert {s["status"] for s in report["validation"]["stages"]} == {"pass"}
 
 
@@ -140,7 +143,7 @@ def test_registry_holds_exactly_the_tested_image(run_result):
     """The manifest in the registry points at the tagged image's config (= its ID)."""
     for ref, digest in run_result.pushed.items():
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
-        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
+        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
         assert resp.status_code == 200
         assert resp.headers["Docker-Content-Digest"] == digest
         assert resp.json()["config"]["digest"] == run_result.stamped_id
@@ -151,7 +154,9 @@ def test_registry_holds_exactly_the_tested_image(run_result):
 
 def _derive(docker, base: str, run: str) -> str:
     dockerfile = f"FROM {base}\nUSER 0\nRUN {run}\nUSER 1000:100\n"
-    image, _ = docker.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"})
+    image, _ = docker.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"}
+    )
     return image.id
 
 
@@ -177,12 +182,16 @@ def test_image_without_torch_fails_validation_and_is_not_tagged(docker, image, v
 
 
 def test_pin_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
-    _assert_refused(docker, image, dataclasses.replace(variant, nccl="0.0.1"), tmp_path, "spec differs from images/variants.toml in nccl")
+    _assert_refused(
+        docker, image, dataclasses.replace(variant, nccl="0.0.1"), tmp_path, "spec differs from images/variants.toml in nccl"
+    )
 
 
 def test_label_mismatch_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
     relabelled, _ = docker.images.build(
-        fileobj=io.BytesIO(f'FROM {image}\nLABEL io.proven-torch.torch="0.0.1"\n'.encode()), rm=True, labels={"io.proven-torch.role": "test"}
+        fileobj=io.BytesIO(f'FROM {image}\nLABEL io.proven-torch.torch="0.0.1"\n'.encode()),
+        rm=True,
+        labels={"io.proven-torch.role": "test"},
     )
     try:
         _assert_refused(docker, relabelled.id, variant, tmp_path, "labels do not match.*io.proven-torch.torch")
@@ -191,13 +200,19 @@ def test_label_mismatch_fails_validation_and_is_not_tagged(docker, image, varian
 
 
 def test_over_budget_image_fails_validation_and_is_not_tagged(docker, image, variant, tmp_path):
-    _assert_refused(docker, image, dataclasses.replace(variant, size_budget_gb=1.0), tmp_path, f"over the {variant.name} budget of 1.0 GB")
+    _assert_refused(
+        docker, image, dataclasses.replace(variant, size_budget_gb=1.0), tmp_path, f"over the {variant.name} budget of 1.0 GB"
+    )
 
 
 @pytest.mark.parametrize(
     ("plant", "what"),
     [
-        ("mkdir -p /home/user/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\n%s\\n' $(head -c 120 /dev/urandom | base64 -w0) > /home/user/.ssh/id_ed25519", "SSH private key"),
+        (
+            "mkdir -p /home/user/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\n%s\\n' "
+            "$(head -c 120 /dev/urandom | base64 -w0) > /home/user/.ssh/id_ed25519",
+            "SSH private key",
+        ),
         ("mkdir -p /opt/app/.git && touch /opt/app/.git/config", ".git folder"),
         ("echo 'token ghp_0123456789abcdefghijABCDEFGHIJ012345' > /opt/notes.txt", "access token"),
     ],
@@ -329,7 +344,7 @@ def _chromium(*args: str, tmp_path) -> str:
 def test_html_report_renders_checks_ppo_and_curve(run_result, tmp_path):
     page = run_result.report_path.with_name("report.html")
     dom = _chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path)
-    assert "pushed" in dom and "id=\"smoke\"" in dom and "id=\"ppo\"" in dom
+    assert "pushed" in dom and 'id="smoke"' in dom and 'id="ppo"' in dom
     assert dom.count('class="pass"') >= 5
     assert 'src="ppo/learning_curve.png"' in dom and (page.parent / "ppo" / "learning_curve.png").stat().st_size > 10_000
     _chromium("--screenshot=" + str(tmp_path / "report.png"), "--window-size=1200,2400", page.as_uri(), tmp_path=tmp_path)
@@ -392,7 +407,9 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     with pytest.raises(ValidationFailed, match="GHSA-test-0000-0000"):
         validate_and_tag(docker, image, 0, target)
     assert set(docker.images.get(image).tags) == before
-    allow = [audit_mod.Allowed(id="CVE-0000-0001", package="tqdm", reason="fixture", expires=__import__("datetime").date(2099, 1, 1))]
+    allow = [
+        audit_mod.Allowed(id="CVE-0000-0001", package="tqdm", reason="fixture", expires=__import__("datetime").date(2099, 1, 1))
+    ]
     packages = [{"name": "tqdm", "version": version}]
     assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
     found = Findings()
@@ -427,8 +444,11 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, tmp_path):
     port = free_port()
     config = tmp_path / "readonly.yml"
     config.write_text(
-        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: " + str(tmp_path / "data")
-        + "\n  maintenance:\n    readonly:\n      enabled: true\nhttp:\n  addr: 127.0.0.1:" + str(port) + "\n"
+        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "
+        + str(tmp_path / "data")
+        + "\n  maintenance:\n    readonly:\n      enabled: true\nhttp:\n  addr: 127.0.0.1:"
+        + str(port)
+        + "\n"
     )
     server = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ref = f"127.0.0.1:{port}/proven-torch-test"
@@ -457,7 +477,9 @@ def test_sbom_is_pushed_with_the_image(run_result, report):
     image_digest = next(iter(run_result.pushed.values()))
     assert tag == image_digest.replace(":", "-") + ".sbom"
     manifest = requests.get(
-        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=30
+        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+        timeout=30,
     ).json()
     assert manifest["artifactType"] == "application/vnd.cyclonedx+json"
     assert manifest["subject"]["digest"] == image_digest

@@ -10,13 +10,12 @@ import json
 import pytest
 import requests
 
+from pipeline import push
 from pipeline.run import BuildConfig, run
 from pipeline.variants import resolve
 from tests.image.conftest import REGISTRY, ca_cert
 
 pytestmark = pytest.mark.image
-
-MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_the_registry_holds_exactly_the_tested_image(line):
     _, result, _ = line
     for ref, digest in result.pushed.items():
         repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
-        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
+        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
         assert resp.headers["Docker-Content-Digest"] == digest and resp.json()["config"]["digest"] == result.stamped_id
 
 

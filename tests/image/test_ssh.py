@@ -13,7 +13,18 @@ import subprocess
 
 import pytest
 
-from tests.image.service_helpers import FAST_HEALTHCHECK, LOGIN, Jupyter, client_options, host_keys, make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
+from tests.image.service_helpers import (
+    FAST_HEALTHCHECK,
+    LOGIN,
+    Jupyter,
+    client_options,
+    host_keys,
+    make_keypair,
+    run_command,
+    ssh,
+    wait_for_jupyter,
+    wait_for_sshd,
+)
 from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
@@ -42,7 +53,9 @@ def box(docker, image, keys):
     vol = docker.volumes.create(labels=LABELS)
     try:
         mounts = {vol.name: {"bind": "/workspace", "mode": "rw"}}
-        with TrackedContainer(docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts, healthcheck=FAST_HEALTHCHECK) as container:
+        with TrackedContainer(
+            docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts, healthcheck=FAST_HEALTHCHECK
+        ) as container:
             container.start(ports=(8888, 2222))
             token = wait_for_jupyter(container)
             wait_for_sshd(container)
@@ -53,7 +66,7 @@ def box(docker, image, keys):
 
 def test_a_batch_job_imports_torch_and_writes_to_workspace(box, keys):
     _, port, _ = box
-    job = "python -c 'import torch; open(\"/workspace/job.txt\", \"w\").write(torch.__version__)' && cat /workspace/job.txt"
+    job = 'python -c \'import torch; open("/workspace/job.txt", "w").write(torch.__version__)\' && cat /workspace/job.txt'
     result = ssh(port, keys["key"], keys["known_hosts"], job, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("2."), result.stdout
@@ -61,7 +74,12 @@ def test_a_batch_job_imports_torch_and_writes_to_workspace(box, keys):
 
 def test_a_session_has_the_container_environment(box, keys):
     _, port, _ = box
-    result = ssh(port, keys["key"], keys["known_hosts"], "command -v python; echo $NVIDIA_VISIBLE_DEVICES $PROVEN_TORCH_VARIANT; echo $PATH")
+    result = ssh(
+        port,
+        keys["key"],
+        keys["known_hosts"],
+        "command -v python; echo $NVIDIA_VISIBLE_DEVICES $PROVEN_TORCH_VARIANT; echo $PATH",
+    )
     assert result.returncode == 0, result.stderr
     python, nvidia, path = result.stdout.splitlines()
     assert python == "/opt/venv/bin/python"
@@ -72,7 +90,12 @@ def test_a_session_has_the_container_environment(box, keys):
 def test_a_login_shell_has_the_container_environment(box, keys):
     _, port, _ = box
     # /etc/profile resets PATH in login shells; /etc/profile.d/proven-torch.sh restores it.
-    result = ssh(port, keys["key"], keys["known_hosts"], ["bash", "-lc", shlex.quote("command -v python; echo $NVIDIA_DRIVER_CAPABILITIES")])
+    result = ssh(
+        port,
+        keys["key"],
+        keys["known_hosts"],
+        ["bash", "-lc", shlex.quote("command -v python; echo $NVIDIA_DRIVER_CAPABILITIES")],
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility"]
 
@@ -87,7 +110,14 @@ def test_scp_copies_into_workspace(box, keys, tmp_path):
     _, port, _ = box
     local = tmp_path / "data.csv"
     local.write_text("a,b\n1,2\n")
-    argv = ["scp", "-P", str(port), *client_options(keys["key"], keys["known_hosts"]), str(local), f"{LOGIN}@127.0.0.1:/workspace/data.csv"]
+    argv = [
+        "scp",
+        "-P",
+        str(port),
+        *client_options(keys["key"], keys["known_hosts"]),
+        str(local),
+        f"{LOGIN}@127.0.0.1:/workspace/data.csv",
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     assert ssh(port, keys["key"], keys["known_hosts"], "cat /workspace/data.csv").stdout == "a,b\n1,2\n"
@@ -113,14 +143,26 @@ def test_healthcheck_probes_leave_no_lines_in_the_logs(box):
 
 def test_a_password_login_is_refused(box, keys):
     _, port, _ = box
-    result = ssh(port, None, keys["known_hosts"], "true", options=("PreferredAuthentications=password", "PubkeyAuthentication=no", "NumberOfPasswordPrompts=1"))
+    result = ssh(
+        port,
+        None,
+        keys["known_hosts"],
+        "true",
+        options=("PreferredAuthentications=password", "PubkeyAuthentication=no", "NumberOfPasswordPrompts=1"),
+    )
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 
 
 def test_keyboard_interactive_is_refused(box, keys):
     _, port, _ = box
-    result = ssh(port, None, keys["known_hosts"], "true", options=("PreferredAuthentications=keyboard-interactive", "PubkeyAuthentication=no"))
+    result = ssh(
+        port,
+        None,
+        keys["known_hosts"],
+        "true",
+        options=("PreferredAuthentications=keyboard-interactive", "PubkeyAuthentication=no"),
+    )
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 
@@ -157,14 +199,23 @@ def test_workspace_and_host_identity_survive_a_recreated_container(docker, image
         port = wait_for_sshd(second)
         assert host_keys(port) == identity
         # ssh itself checks the identity: strict, against what the first container showed.
-        result = ssh(port, keys["key"], known_hosts, "cat /workspace/result.txt", options=("StrictHostKeyChecking=yes", "HostKeyAlias=recreated"))
+        result = ssh(
+            port,
+            keys["key"],
+            known_hosts,
+            "cat /workspace/result.txt",
+            options=("StrictHostKeyChecking=yes", "HostKeyAlias=recreated"),
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout == "kept\n"
 
 
 def test_a_dedicated_host_key_volume_keeps_the_identity(docker, image, keys, volume):
     key_dir = "/var/lib/proven-torch/ssh-host-keys"
-    options = {"environment": {"PUBLIC_KEY": keys["public"], "SSH_HOST_KEY_DIR": key_dir}, "volumes": {volume: {"bind": key_dir, "mode": "rw"}}}
+    options = {
+        "environment": {"PUBLIC_KEY": keys["public"], "SSH_HOST_KEY_DIR": key_dir},
+        "volumes": {volume: {"bind": key_dir, "mode": "rw"}},
+    }
     identities = []
     for _ in range(2):
         with TrackedContainer(docker, image, command=["sshd"], **options) as container:
@@ -208,7 +259,9 @@ def test_a_mounted_authorized_keys_file_is_used(docker, image, keys, tmp_path):
 
 
 def test_another_uid_logs_in_as_user(docker, image, keys):
-    with TrackedContainer(docker, image, command=["sshd"], user="1234:1234", environment={"PUBLIC_KEY": keys["public"]}) as container:
+    with TrackedContainer(
+        docker, image, command=["sshd"], user="1234:1234", environment={"PUBLIC_KEY": keys["public"]}
+    ) as container:
         container.start(ports=(2222,))
         port = wait_for_sshd(container)
         result = ssh(port, keys["key"], keys["known_hosts"].with_name("kh_uid"), "id -u; whoami; command -v python")

@@ -7,15 +7,10 @@ red test shows what the container said.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from smoke.checks import free_port  # noqa: F401  (the one helper; tests import it from here too)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.5):
@@ -30,7 +25,9 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str, inter
         except Exception as err:  # keep polling; report the last error
             last_error = err
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    raise TimeoutError(
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 class TrackedContainer:

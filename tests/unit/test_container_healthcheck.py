@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from smoke.checks import free_port
+
 pytestmark = pytest.mark.unit
 
 HEALTHCHECK = Path(__file__).resolve().parents[2] / "container" / "healthcheck.py"
@@ -96,14 +98,15 @@ def write_services(run_dir: Path, *lines: str) -> None:
 
 
 def write_server_info(run_dir: Path, pid: int, port: int, base_url: str = "/", token: str = "t" * 48) -> None:
-    info = {"pid": pid, "port": port, "base_url": base_url, "secure": False, "token": token, "url": f"http://hostname:{port}{base_url}"}
+    info = {
+        "pid": pid,
+        "port": port,
+        "base_url": base_url,
+        "secure": False,
+        "token": token,
+        "url": f"http://hostname:{port}{base_url}",
+    }
     (run_dir / "jupyter" / f"jpserver-{pid}.json").write_text(json.dumps(info))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_user_command_container_is_healthy(run_dir):

@@ -19,7 +19,9 @@ START_SH = Path(__file__).resolve().parents[2] / "container" / "start.sh"
 def bash(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `script` after sourcing start.sh (which then defines its functions only)."""
     full_env = {"PATH": os.environ["PATH"], **(env or {})}
-    return subprocess.run(["bash", "-c", f'source "{START_SH}"\n{script}'], capture_output=True, text=True, timeout=60, env=full_env)
+    return subprocess.run(
+        ["bash", "-c", f'source "{START_SH}"\n{script}'], capture_output=True, text=True, timeout=60, env=full_env
+    )
 
 
 def test_syntax():
@@ -74,14 +76,21 @@ def test_a_token_file_is_read(tmp_path):
 def public_key(tmp_path):
     if not shutil.which("ssh-keygen"):
         pytest.fail("ssh-keygen is missing on this host (Debian: openssh-client)")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me@laptop", "-f", str(tmp_path / "k")], check=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me@laptop", "-f", str(tmp_path / "k")], check=True, timeout=30
+    )
     return (tmp_path / "k.pub").read_text().strip(), (tmp_path / "k").read_text()
 
 
 def check_keys(text: str) -> tuple[list[str], list[str]]:
-    result = bash('check_keys PUBLIC_KEY "$KEY_TEXT"; printf "K:%s\\n" "${KEYS[@]}"; printf "B:%s\\n" "${BAD_KEYS[@]}"', env={"KEY_TEXT": text})
+    result = bash(
+        'check_keys PUBLIC_KEY "$KEY_TEXT"; printf "K:%s\\n" "${KEYS[@]}"; printf "B:%s\\n" "${BAD_KEYS[@]}"',
+        env={"KEY_TEXT": text},
+    )
     lines = result.stdout.splitlines()
-    return [line[2:] for line in lines if line.startswith("K:") and line != "K:"], [line[2:] for line in lines if line.startswith("B:") and line != "B:"]
+    return [line[2:] for line in lines if line.startswith("K:") and line != "K:"], [
+        line[2:] for line in lines if line.startswith("B:") and line != "B:"
+    ]
 
 
 def test_a_valid_key_is_kept(public_key):

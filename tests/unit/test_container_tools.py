@@ -74,7 +74,9 @@ def test_wheel_test_fixtures_are_not_findings(tmp_path):
 
 def test_the_scanner_prints_one_json_list(tmp_path):
     plant(tmp_path, {"root/.pypirc": "x"})
-    done = subprocess.run([sys.executable, str(CONTAINER / "hygiene_scan.py"), "--root", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(CONTAINER / "hygiene_scan.py"), "--root", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and json.loads(done.stdout) == ["credentials file: /root/.pypirc"]
 
 

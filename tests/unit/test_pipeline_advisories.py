@@ -44,7 +44,11 @@ def test_snapshot_of_a_git_checkout_records_its_revision_and_date(records_dir, t
     git = ["git", "-C", str(records_dir), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "records"], check=True, env={"GIT_COMMITTER_DATE": "2026-10-01T12:00:00Z", "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [*git, "commit", "-qm", "records"],
+        check=True,
+        env={"GIT_COMMITTER_DATE": "2026-10-01T12:00:00Z", "PATH": "/usr/bin:/bin"},
+    )
     _, meta_path = advisories.write_snapshot(records_dir, "https://example.org/db", out=tmp_path / "snap")
     meta = json.loads(meta_path.read_text())
     assert meta["as_of"] == "2026-10-01" and len(meta["revision"]) == 40 and meta["records"] == 2
@@ -106,5 +110,8 @@ def test_committed_snapshot_is_real_advisory_data():
     found = audit(old, db.records, [])["findings"]
     assert any(f["id"] == "PYSEC-2021-66" or "CVE-2020-28493" in f["aliases"] for f in found)
     assert any(f["package"] == "urllib3" for f in found)
-    assert audit([{"name": "jinja2", "version": "2.11.3"}], [r for r in db.records if r["id"] == "PYSEC-2021-66"], [])["findings"] == []
+    assert (
+        audit([{"name": "jinja2", "version": "2.11.3"}], [r for r in db.records if r["id"] == "PYSEC-2021-66"], [])["findings"]
+        == []
+    )
     assert {severity(r) for r in db.records} >= {"CRITICAL", "HIGH", "MEDIUM", "UNKNOWN"}

@@ -20,7 +20,13 @@ def _record(id_, name, events=None, versions=None, level="HIGH"):
         affected["ranges"] = [{"type": "ECOSYSTEM", "events": events}]
     if versions is not None:
         affected["versions"] = versions
-    return {"id": id_, "aliases": [f"CVE-{id_}"], "summary": "s", "affected": [affected], "database_specific": {"severity": level}}
+    return {
+        "id": id_,
+        "aliases": [f"CVE-{id_}"],
+        "summary": "s",
+        "affected": [affected],
+        "database_specific": {"severity": level},
+    }
 
 
 @pytest.mark.parametrize(
@@ -145,7 +151,10 @@ def _carried(name):
 
 def test_the_2_9_line_carries_its_two_high_advisories_accepted_with_reasons():
     rows = _carried("2.9-cu128")
-    assert [(r["id"], r["severity"], r["accepted"]) for r in rows] == [("PYSEC-2026-139", "HIGH", True), ("PYSEC-2026-2286", "HIGH", True)]
+    assert [(r["id"], r["severity"], r["accepted"]) for r in rows] == [
+        ("PYSEC-2026-139", "HIGH", True),
+        ("PYSEC-2026-2286", "HIGH", True),
+    ]
     assert all(r["reason"] and r["fixed"] and "untrusted" in r["affects"] for r in rows)
 
 

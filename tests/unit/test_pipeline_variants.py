@@ -85,7 +85,12 @@ def test_unknown_torch(matrix):
 def test_expectations_carry_the_pins(matrix):
     variant = resolve(matrix, matrix.default_cuda)
     exp = variant.expectations()
-    assert (exp["torch"], exp["cuda"], exp["cudnn"], exp["min_driver"]) == (variant.torch, variant.cuda, variant.cudnn, variant.min_driver)
+    assert (exp["torch"], exp["cuda"], exp["cudnn"], exp["min_driver"]) == (
+        variant.torch,
+        variant.cuda,
+        variant.cudnn,
+        variant.min_driver,
+    )
     assert "require_gpu" not in exp  # whether a GPU is required is the caller's flag, not a pin
 
 
@@ -128,7 +133,9 @@ def test_missing_key_is_named(tmp_path):
 
 
 def test_loose_pin_is_refused(tmp_path):
-    text = MATRIX_PATH.read_text().replace('[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9.1"', '[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9"')
+    text = MATRIX_PATH.read_text().replace(
+        '[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9.1"', '[variants."2.9-cu128"]\ncuda = "12.8"\ntorch = "2.9"'
+    )
     with pytest.raises(MatrixError, match="not an exact X.Y.Z pin"):
         load_matrix(_write(tmp_path, text))
 

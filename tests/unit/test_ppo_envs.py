@@ -91,8 +91,11 @@ def test_torch_cartpole_terminates_at_the_thresholds():
     env = TorchCartPole(4, dtype=torch.float64)
     env.reset()
     # x just inside / moving out; theta just inside / rotating out (12 degrees = 0.2094 rad)
-    env.state.copy_(torch.tensor([[2.39, 0.0, 0.0, 0.0], [2.39, 1.0, 0.0, 0.0],
-                                  [0.0, 0.0, 0.209, 0.0], [0.0, 0.0, 0.209, 0.5]], dtype=torch.float64))
+    env.state.copy_(
+        torch.tensor(
+            [[2.39, 0.0, 0.0, 0.0], [2.39, 1.0, 0.0, 0.0], [0.0, 0.0, 0.209, 0.0], [0.0, 0.0, 0.209, 0.5]], dtype=torch.float64
+        )
+    )
     out = env.step(torch.tensor([0, 1, 1, 0]))
     assert out.terminated.tolist() == [False, True, False, True]
     assert out.truncated.tolist() == [False] * 4
@@ -117,8 +120,7 @@ def test_torch_cartpole_truncates_at_500_steps():
 def test_cleanrl_style_loop_sees_no_final_info_under_gymnasium_1x():
     """Why CleanRL's ppo.py records no returns on gymnasium 1.x: the default
     autoreset mode is NEXT_STEP and "final_info" never appears in infos."""
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1")) for _ in range(4)])
+    envs = gym.vector.SyncVectorEnv([lambda: gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1")) for _ in range(4)])
     envs.reset(seed=0)
     dones = 0
     for _ in range(200):
@@ -166,8 +168,8 @@ def test_gym_backend_state_dict_continues_identically():
     b.reset()
     b.load_state_dict(saved)
     tail_b = [b.step(act) for act in actions[40:]]
-    for x, y in zip(tail_a, tail_b):
-        for fx, fy in zip(x, y):
+    for x, y in zip(tail_a, tail_b, strict=True):
+        for fx, fy in zip(x, y, strict=True):
             assert torch.equal(fx, fy)
 
 

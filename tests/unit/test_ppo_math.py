@@ -35,8 +35,9 @@ def test_gae_matches_a_plain_reference_loop():
     dones = (torch.rand(T, N, generator=g) < 0.25).double()
     next_value = torch.randn(N, generator=g, dtype=torch.float64)
     adv, ret = compute_gae(rewards, values, dones, next_value, 0.99, 0.95)
-    expected = torch.tensor(reference_gae(rewards.tolist(), values.tolist(), dones.tolist(),
-                                          next_value.tolist(), 0.99, 0.95), dtype=torch.float64)
+    expected = torch.tensor(
+        reference_gae(rewards.tolist(), values.tolist(), dones.tolist(), next_value.tolist(), 0.99, 0.95), dtype=torch.float64
+    )
     assert dones.sum() > 0  # the case with episode boundaries is exercised
     torch.testing.assert_close(adv, expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(ret, expected + values, rtol=1e-12, atol=1e-12)

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import torch
 from ppo_bench import __main__ as cli
 from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_USAGE
 from ppo_bench.ppo import Args, train
+from smoke.checks import free_port
 
 pytestmark = pytest.mark.unit
 
@@ -23,8 +23,9 @@ TINY = ["--num-envs", "16", "--num-steps", "16", "--threads", "1", "--checkpoint
 
 def run_cli(args, timeout=240, env_extra=None):
     env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def checkpoint(path):
@@ -35,18 +36,56 @@ def test_gate_command_line_learns_and_writes_the_contract(tmp_path):
     """build.py's command line (with a short budget): returns must rise far above a
     random policy's ~22, and an unreachable target must end in exit 3 with one line."""
     out = tmp_path / "gate"
-    proc = run_cli(["-m", "ppo_bench", "--backend", "torch", "--env-id", "CartPole-v1", "--seed", "1",
-                    "--total-timesteps", "150000", "--target-return", "600", "--out-dir", str(out),
-                    "--fail-below-target", "--no-progress", "--device", "cpu", "--threads", "1",
-                    "--progress-interval", "0.5"])
+    proc = run_cli(
+        [
+            "-m",
+            "ppo_bench",
+            "--backend",
+            "torch",
+            "--env-id",
+            "CartPole-v1",
+            "--seed",
+            "1",
+            "--total-timesteps",
+            "150000",
+            "--target-return",
+            "600",
+            "--out-dir",
+            str(out),
+            "--fail-below-target",
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--progress-interval",
+            "0.5",
+        ]
+    )
     assert proc.returncode == EXIT_BELOW_TARGET, proc.stdout + proc.stderr
     stderr_lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(stderr_lines) == 1 and stderr_lines[0].startswith("ppo_bench: FAILED:"), proc.stderr
     result = json.loads((out / "result.json").read_text())
-    types = {"solved": bool, "target_return": float, "final_mean_return": float, "seconds_to_target": type(None),
-             "steps_to_target": type(None), "wall_seconds": float, "sps_end_to_end": float, "sps_rollout": float,
-             "sps_update": float, "total_env_steps": int, "seed": int, "device": str, "gpu_name": type(None),
-             "torch": str, "cuda": (str, type(None)), "backend": str, "env_id": str, "num_envs": int}
+    types = {
+        "solved": bool,
+        "target_return": float,
+        "final_mean_return": float,
+        "seconds_to_target": type(None),
+        "steps_to_target": type(None),
+        "wall_seconds": float,
+        "sps_end_to_end": float,
+        "sps_rollout": float,
+        "sps_update": float,
+        "total_env_steps": int,
+        "seed": int,
+        "device": str,
+        "gpu_name": type(None),
+        "torch": str,
+        "cuda": (str, type(None)),
+        "backend": str,
+        "env_id": str,
+        "num_envs": int,
+    }
     for key, typ in types.items():
         assert isinstance(result[key], typ), (key, result[key])
     assert result["solved"] is False and result["device"] == "cpu" and result["torch"] == torch.__version__
@@ -61,8 +100,11 @@ def test_gate_command_line_learns_and_writes_the_contract(tmp_path):
 
 
 def test_stop_at_target_stops_there(tmp_path):
-    r = train(Args(seed=1, target_return=60.0, stop_at_target=True, out_dir=str(tmp_path), progress=False,
-                   threads=1, checkpoint_every=0))
+    r = train(
+        Args(
+            seed=1, target_return=60.0, stop_at_target=True, out_dir=str(tmp_path), progress=False, threads=1, checkpoint_every=0
+        )
+    )
     assert r["solved"] and r["steps_to_target"] == r["total_env_steps"] < 2_000_000
     assert 0 < r["seconds_to_target"] <= r["wall_seconds"]
     assert r["final_mean_return"] >= 60.0
@@ -77,13 +119,16 @@ def test_require_gpu_without_gpu_exits_2_with_one_line(tmp_path, monkeypatch, ca
     assert not (tmp_path / "result.json").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--backend", "torch", "--env-id", "Pendulum-v1"], "CartPole-v1 only"),
-    (["--num-envs", "3", "--num-steps", "3", "--num-minibatches", "4"], "divisible"),
-    (["--device", "cpu", "--cuda-graphs"], "--cuda-graphs needs a CUDA device"),
-    (["--device", "cpu", "--amp", "fp16"], "fp16 needs a CUDA device"),
-    (["--resume"], "no checkpoint"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--backend", "torch", "--env-id", "Pendulum-v1"], "CartPole-v1 only"),
+        (["--num-envs", "3", "--num-steps", "3", "--num-minibatches", "4"], "divisible"),
+        (["--device", "cpu", "--cuda-graphs"], "--cuda-graphs needs a CUDA device"),
+        (["--device", "cpu", "--amp", "fp16"], "fp16 needs a CUDA device"),
+        (["--resume"], "no checkpoint"),
+    ],
+)
 def test_bad_arguments_exit_2(tmp_path, capsys, argv, message):
     assert cli.main([*argv, "--out-dir", str(tmp_path / "x"), "--no-progress"]) == EXIT_USAGE
     assert message in capsys.readouterr().err
@@ -97,8 +142,16 @@ def test_unknown_option_exits_2():
 
 @pytest.mark.parametrize("backend", ["torch", "gymnasium"])
 def test_resume_continues_identically(tmp_path, backend):
-    common = dict(backend=backend, seed=3, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 10,
-                  progress=False, threads=1, checkpoint_every=0)
+    common = dict(
+        backend=backend,
+        seed=3,
+        num_envs=8,
+        num_steps=16,
+        total_timesteps=8 * 16 * 10,
+        progress=False,
+        threads=1,
+        checkpoint_every=0,
+    )
     full = train(Args(out_dir=str(tmp_path / "full"), **common))
     part = train(Args(out_dir=str(tmp_path / "split"), stop_after_iterations=4, **common))
     assert part["iterations"] == 4 and not part["finished"]
@@ -111,39 +164,74 @@ def test_resume_continues_identically(tmp_path, backend):
     assert full["final_mean_return"] == rest["final_mean_return"]
     # and the run did move: the weights differ from a fresh initialisation
     fresh = train(Args(out_dir=str(tmp_path / "fresh"), **{**common, "total_timesteps": 8 * 16}))
-    assert not torch.equal(checkpoint(tmp_path / "fresh" / "checkpoint.pt")["agent"]["actor.0.weight"],
-                           a["agent"]["actor.0.weight"])
+    assert not torch.equal(
+        checkpoint(tmp_path / "fresh" / "checkpoint.pt")["agent"]["actor.0.weight"], a["agent"]["actor.0.weight"]
+    )
     assert fresh["iterations"] == 1
 
 
 def test_resume_refuses_changed_hyperparameters(tmp_path):
-    common = dict(seed=1, num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4, progress=False, threads=1,
-                  checkpoint_every=0, out_dir=str(tmp_path))
+    common = dict(
+        seed=1,
+        num_envs=8,
+        num_steps=16,
+        total_timesteps=8 * 16 * 4,
+        progress=False,
+        threads=1,
+        checkpoint_every=0,
+        out_dir=str(tmp_path),
+    )
     train(Args(stop_after_iterations=1, **common))
     with pytest.raises(Exception, match="learning_rate"):
         train(Args(resume=True, learning_rate=0.1, **common))
 
 
 def test_pendulum_gaussian_policy_runs_on_the_gymnasium_backend(tmp_path):
-    r = train(Args(backend="gymnasium", env_id="Pendulum-v1", num_envs=2, num_steps=100, total_timesteps=1200,
-                   out_dir=str(tmp_path), progress=False, threads=1, checkpoint_every=0))
+    r = train(
+        Args(
+            backend="gymnasium",
+            env_id="Pendulum-v1",
+            num_envs=2,
+            num_steps=100,
+            total_timesteps=1200,
+            out_dir=str(tmp_path),
+            progress=False,
+            threads=1,
+            checkpoint_every=0,
+        )
+    )
     assert r["episodes"] == 6  # 1200 steps / 200 steps per Pendulum episode
     assert r["final_mean_return"] < 0 and r["target_return"] is None and r["solved"] is False
     assert (tmp_path / "result.json").exists()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_two_gloo_processes(tmp_path):
     out = tmp_path / "ddp"
-    proc = run_cli(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                    "--master_port", str(free_port()), "-m", "ppo_bench", "--device", "cpu", "--seed", "1",
-                    "--total-timesteps", str(2 * 16 * 16 * 6), "--out-dir", str(out), "--no-progress", *TINY],
-                   env_extra={"OMP_NUM_THREADS": "1"})
+    proc = run_cli(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "ppo_bench",
+            "--device",
+            "cpu",
+            "--seed",
+            "1",
+            "--total-timesteps",
+            str(2 * 16 * 16 * 6),
+            "--out-dir",
+            str(out),
+            "--no-progress",
+            *TINY,
+        ],
+        env_extra={"OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["world_size"] == 2 and result["num_envs_total"] == 32
@@ -159,9 +247,27 @@ def test_torchrun_two_gloo_processes(tmp_path):
 
 
 def torchrun_argv(out, *extra):
-    return ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-            "--master_port", str(free_port()), "-m", "ppo_bench", "--device", "cpu", "--seed", "1",
-            "--out-dir", str(out), "--no-progress", *TINY, *extra]
+    return [
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "ppo_bench",
+        "--device",
+        "cpu",
+        "--seed",
+        "1",
+        "--out-dir",
+        str(out),
+        "--no-progress",
+        *TINY,
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("target_kl", ["0.001", "0.01"])
@@ -169,9 +275,11 @@ def test_torchrun_ranks_stop_their_epochs_together(tmp_path, target_kl):
     """Early stopping on KL is decided on the ranks' mean KL: with a tight limit some updates stop
     early, every rank runs the same epochs (else one waits forever in all_reduce), weights stay equal."""
     out = tmp_path / "kl"
-    proc = run_cli(torchrun_argv(out, "--target-kl", target_kl, "--total-timesteps", str(2 * 16 * 16 * 12),
-                                 "--learning-rate", "0.01"),
-                   timeout=180, env_extra={"OMP_NUM_THREADS": "1"})
+    proc = run_cli(
+        torchrun_argv(out, "--target-kl", target_kl, "--total-timesteps", str(2 * 16 * 16 * 12), "--learning-rate", "0.01"),
+        timeout=180,
+        env_extra={"OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
     assert len(r0["update_epochs"]) == 12 and r0["update_epochs"] == r1["update_epochs"]
@@ -206,10 +314,18 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     import time
 
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    argv = torchrun_argv(tmp_path / "stall", "--total-timesteps", "100000000", "--dist-timeout", "10",
-                         "--progress-interval", "0.5")
-    proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = torchrun_argv(
+        tmp_path / "stall", "--total-timesteps", "100000000", "--dist-timeout", "10", "--progress-interval", "0.5"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         for line in proc.stdout:  # rank 0's progress lines: the job is training

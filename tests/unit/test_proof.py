@@ -16,12 +16,20 @@ from smoke import proof
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-H100 = {"gpu": True, "gpus": ["NVIDIA H100 80GB HBM3"], "gpu_names": ["NVIDIA H100 80GB HBM3"], "driver": "570.86.15", "cpu": "x, 8 cores"}
+H100 = {
+    "gpu": True,
+    "gpus": ["NVIDIA H100 80GB HBM3"],
+    "gpu_names": ["NVIDIA H100 80GB HBM3"],
+    "driver": "570.86.15",
+    "cpu": "x, 8 cores",
+}
 CPU = {"gpu": False, "gpus": [], "gpu_names": [], "driver": None, "cpu": "AMD EPYC 7B13, 2 cores"}
 
 
 def test_verdict_names_the_gpu_and_the_driver():
-    assert proof.verdict_line(True, H100, [], require_gpu=True) == "proof: PROVEN on NVIDIA H100 80GB HBM3, driver 570.86.15, 1 GPU"
+    assert (
+        proof.verdict_line(True, H100, [], require_gpu=True) == "proof: PROVEN on NVIDIA H100 80GB HBM3, driver 570.86.15, 1 GPU"
+    )
 
 
 def test_verdict_on_the_cpu_says_gpu_checks_not_run():
@@ -30,7 +38,10 @@ def test_verdict_on_the_cpu_says_gpu_checks_not_run():
 
 
 def test_verdict_of_a_failure_lists_what_failed():
-    assert proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"], False) == "proof: FAILED: smoke check(s) failed: versions; x"
+    assert (
+        proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"], False)
+        == "proof: FAILED: smoke check(s) failed: versions; x"
+    )
 
 
 def test_where_counts_gpus_only_when_cuda_works():
@@ -40,7 +51,13 @@ def test_where_counts_gpus_only_when_cuda_works():
     assert place["gpu"] is True and place["gpus"] == ["A", "A"] and place["gpu_names"] == ["A"]
 
 
-RELEASE = {"device": "cpu", "device_name": "AMD EPYC, 2 cores", "sps": 100_000, "seconds_to_target": 2.0, "steps_to_target": 180_224}
+RELEASE = {
+    "device": "cpu",
+    "device_name": "AMD EPYC, 2 cores",
+    "sps": 100_000,
+    "seconds_to_target": 2.0,
+    "steps_to_target": 180_224,
+}
 
 
 def test_release_comparison_is_like_for_like():
@@ -127,7 +144,9 @@ def test_expect_and_as_installed_exclude_each_other():
 def test_gpu_evidence_script_runs_end_to_end_in_its_cpu_test_mode(tmp_path):
     """The GPU evidence script, as far as a machine without a GPU can take it: it says it is no evidence."""
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "GPU_EVIDENCE_CPU": "1", "HOME": str(tmp_path)}
-    done = subprocess.run(["bash", "scripts/gpu-evidence.sh", str(tmp_path / "ev")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", "scripts/gpu-evidence.sh", str(tmp_path / "ev")], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "NOT GPU evidence" in summary and "proof: PROVEN on the CPU only" in summary

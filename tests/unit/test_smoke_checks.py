@@ -24,7 +24,15 @@ def ctx_for(host_facts, require_gpu=False, **fact_overrides):
 
 
 # An image (CUDA build) started without --gpus: what the image tests see.
-CUDA_BUILD_NO_GPU = {"cuda": "12.8", "cudnn": 91002, "nccl": "2.27.5", "cuda_available": False, "gpu_count": 0, "gpus": [], "driver": None}
+CUDA_BUILD_NO_GPU = {
+    "cuda": "12.8",
+    "cudnn": 91002,
+    "nccl": "2.27.5",
+    "cuda_available": False,
+    "gpu_count": 0,
+    "gpus": [],
+    "driver": None,
+}
 CUDA_EXPECT = {"cuda": "12.8", "cudnn": 91002, "nccl": "2.27.5", "min_driver": "525.60.13"}
 
 
@@ -106,7 +114,13 @@ def test_new_enough_driver_passes(host_facts):
 
 
 def test_unreadable_driver_with_working_cuda_passes(host_facts):
-    ctx = image_ctx(host_facts, require_gpu=True, cuda_available=True, gpu_count=1, gpus=[{"name": "G", "capability": "9.0", "memory_gb": 80.0}])
+    ctx = image_ctx(
+        host_facts,
+        require_gpu=True,
+        cuda_available=True,
+        gpu_count=1,
+        gpus=[{"name": "G", "capability": "9.0", "memory_gb": 80.0}],
+    )
     outcome = checks.check_driver(ctx)
     assert outcome.status == "pass" and "not readable" in outcome.detail
 
@@ -140,7 +154,7 @@ def test_conv_fwd_bwd_and_relative_error():
     a, b = checks.conv_fwd_bwd(x, w, "cpu"), checks.conv_fwd_bwd(x, w, "cpu")
     assert [t.shape for t in a] == [(2, 4, 8, 8), (2, 3, 8, 8), (4, 3, 3, 3)]
     assert not x.requires_grad and not w.requires_grad  # inputs untouched for the second device
-    assert all(checks._rel_err(p, q) == 0.0 for p, q in zip(a, b))
+    assert all(checks._rel_err(p, q) == 0.0 for p, q in zip(a, b, strict=True))
     assert checks._rel_err(a[0] * 1.001, a[0]) < 1e-2  # TF32-sized differences pass
     assert checks._rel_err(torch.zeros_like(a[0]), a[0]) >= 1e-2  # garbage does not
 
@@ -217,7 +231,9 @@ def test_bounded_run_kills_at_deadline_and_keeps_stderr():
 
 
 def test_failed_torchrun_reports_stderr_tail(monkeypatch):
-    monkeypatch.setattr(checks, "run_bounded", lambda cmd, timeout, env=None, cwd=None: checks.Finished(1, "", "x" * 5000 + "RuntimeError: boom"))
+    monkeypatch.setattr(
+        checks, "run_bounded", lambda cmd, timeout, env=None, cwd=None: checks.Finished(1, "", "x" * 5000 + "RuntimeError: boom")
+    )
     outcome = checks.run_distributed("gloo", 2, timeout=5)
     assert outcome.status == "fail"
     assert outcome.detail.endswith("RuntimeError: boom")
@@ -276,7 +292,9 @@ def test_small_shm_passes_with_a_warning(host_facts, monkeypatch):
 
 
 def test_broken_dataloader_fails_with_shm_advice(host_facts, monkeypatch):
-    monkeypatch.setattr(checks, "dataloader_roundtrip", lambda pin_memory, workers=2: "DataLoader worker (pid 7) is killed by signal: Bus error")
+    monkeypatch.setattr(
+        checks, "dataloader_roundtrip", lambda pin_memory, workers=2: "DataLoader worker (pid 7) is killed by signal: Bus error"
+    )
     outcome = checks.check_shm(ctx_for(host_facts, shm_bytes=64 * 1024 * 1024))
     assert outcome.status == "fail"
     assert "Bus error" in outcome.detail and "--shm-size" in outcome.detail

@@ -19,7 +19,20 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_CHECKS = ("driver", "gpu", "cudnn", "amp")
-FACT_KEYS = {"torch", "torch_release", "cuda", "cudnn", "nccl", "python", "torchvision", "torchaudio", "gpu_count", "gpus", "driver", "shm_bytes"}
+FACT_KEYS = {
+    "torch",
+    "torch_release",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "python",
+    "torchvision",
+    "torchaudio",
+    "gpu_count",
+    "gpus",
+    "driver",
+    "shm_bytes",
+}
 CHECK_KEYS = {"name", "status", "detail", "seconds", "required"}
 
 
@@ -113,7 +126,9 @@ def test_gpu_checks_skipped_with_reason_and_cpu_checks_ran(full_run):
 
 def test_require_gpu_fails_on_a_host_without_gpu(host_expect, tmp_path):
     out = tmp_path / "r.json"
-    done = smoke("--expect", host_expect, "--require-gpu", "--json-out", str(out), "--only", "versions,driver,gpu,cudnn,amp,distributed")
+    done = smoke(
+        "--expect", host_expect, "--require-gpu", "--json-out", str(out), "--only", "versions,driver,gpu,cudnn,amp,distributed"
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["ok"] is False and result["require_gpu"] is True

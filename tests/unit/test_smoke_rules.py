@@ -94,7 +94,13 @@ def test_release_and_version_helpers():
 
 @pytest.mark.parametrize(
     "runtime, compiled, ok",
-    [((9, 10, 2), (9, 10, 2), True), ((9, 11, 0), (9, 10, 2), True), ((9, 8, 0), (9, 10, 2), False), ((8, 9, 7), (9, 1, 0), False), (None, (9, 1, 0), True)],
+    [
+        ((9, 10, 2), (9, 10, 2), True),
+        ((9, 11, 0), (9, 10, 2), True),
+        ((9, 8, 0), (9, 10, 2), False),
+        ((8, 9, 7), (9, 1, 0), False),
+        (None, (9, 1, 0), True),
+    ],
 )
 def test_cudnn_runtime_vs_compiled(runtime, compiled, ok):
     problem = rules.cudnn_runtime_vs_compiled(runtime, compiled)
@@ -105,7 +111,13 @@ def test_cudnn_runtime_vs_compiled(runtime, compiled, ok):
 
 # --------------------------------------------------------------------------- requirements
 
-LINUX_X86 = {**rules.default_environment(), "platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "python_version": "3.11"}
+LINUX_X86 = {
+    **rules.default_environment(),
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "sys_platform": "linux",
+    "python_version": "3.11",
+}
 TORCH_REQUIRES = [
     "filelock",
     "typing-extensions>=4.10.0",
@@ -116,7 +128,12 @@ TORCH_REQUIRES = [
     'nvidia-only-on-arm==1.0; platform_machine == "aarch64"',
     'optree>=0.13.0; extra == "optree"',
 ]
-INSTALLED = {"nvidia-cuda-nvrtc-cu12": "12.8.93", "nvidia-cudnn-cu12": "9.10.2.21", "nvidia-nccl-cu12": "2.27.5", "triton": "3.5.1"}
+INSTALLED = {
+    "nvidia-cuda-nvrtc-cu12": "12.8.93",
+    "nvidia-cudnn-cu12": "9.10.2.21",
+    "nvidia-nccl-cu12": "2.27.5",
+    "triton": "3.5.1",
+}
 
 
 def test_requirements_satisfied_and_foreign_platforms_ignored():
@@ -331,8 +348,24 @@ SECTION = {
     "as_of": "2026-07-23",
     "summary": "2 high (accepted)",
     "carried": [
-        {"id": "PYSEC-2026-139", "severity": "HIGH", "accepted": True, "package": "torch", "version": "2.9.1", "fixed": "2.11.0", "affects": "pt2"},
-        {"id": "PYSEC-2026-2286", "severity": "HIGH", "accepted": True, "package": "torch", "version": "2.9.1", "fixed": "2.10.0", "affects": "torch.load"},
+        {
+            "id": "PYSEC-2026-139",
+            "severity": "HIGH",
+            "accepted": True,
+            "package": "torch",
+            "version": "2.9.1",
+            "fixed": "2.11.0",
+            "affects": "pt2",
+        },
+        {
+            "id": "PYSEC-2026-2286",
+            "severity": "HIGH",
+            "accepted": True,
+            "package": "torch",
+            "version": "2.9.1",
+            "fixed": "2.10.0",
+            "affects": "torch.load",
+        },
     ],
 }
 
@@ -341,7 +374,9 @@ def test_advisory_summary_names_them_and_says_the_data_is_stale():
     import datetime as dt
 
     line = rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
-    assert line.startswith("Advisories: 2 high (accepted): PYSEC-2026-139, PYSEC-2026-2286 (PyPA data as of 2026-07-23, 133 days old: stale)")
+    assert line.startswith(
+        "Advisories: 2 high (accepted): PYSEC-2026-139, PYSEC-2026-2286 (PyPA data as of 2026-07-23, 133 days old: stale)"
+    )
     assert "only from sources you trust" in line
     fresh = rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
     assert "9 days old)" in fresh and "stale" not in fresh
@@ -361,4 +396,6 @@ def test_no_advisories_and_no_record():
         "Advisories: none known (PyPA data as of 2026-07-23, 9 days old)"
     )
     assert rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
-    assert rules.advisory_details(SECTION)[1].startswith("  PYSEC-2026-2286 (HIGH, accepted) torch 2.9.1, fixed in 2.10.0: torch.load")
+    assert rules.advisory_details(SECTION)[1].startswith(
+        "  PYSEC-2026-2286 (HIGH, accepted) torch 2.9.1, fixed in 2.10.0: torch.load"
+    )
