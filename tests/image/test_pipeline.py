@@ -95,8 +95,9 @@ def test_report_holds_smoke_checks_and_ppo_result(report, variant):
 
 def test_tags_name_torch_cuda_python_and_revision(run_result, variant):
     immutable = run_result.tags[0].rsplit(":", 1)[1]
-    assert immutable.startswith(f"{variant.torch}-{variant.name}-py{variant.python}-")
-    assert {t.rsplit(":", 1)[1] for t in run_result.tags[1:]} == {f"{variant.torch_minor}-{variant.name}", "latest"}
+    cu = "cu" + variant.cuda.replace(".", "")
+    assert immutable.startswith(f"{variant.torch}-{cu}-py{variant.python}-")
+    assert {t.rsplit(":", 1)[1] for t in run_result.tags[1:]} == {variant.name, "latest"}  # the moving tag is the variant's name
 
 
 def test_every_tag_names_the_validated_image(docker, run_result):

@@ -1,0 +1,115 @@
+"""The image as the node of a multi-node torchrun job: two containers on a user-defined
+Docker network, c10d rendezvous, gloo on the CPU (NCCL where GPUs are).
+
+The distributed smoke collectives and the PPO benchmark run across both; killing one
+node ends the job within a bounded time with one line naming the rank and the
+collective that did not complete.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+import uuid
+
+import pytest
+import torch
+
+from tests.image.tracked_container import TrackedContainer, wait_until
+
+pytestmark = pytest.mark.image
+
+LABELS = {"io.proven-torch.role": "test"}
+PORT = 29400
+PPO = ["-m", "ppo_bench", "--device", "cpu", "--seed", "1", "--num-envs", "32", "--num-steps", "16", "--threads", "1"]
+
+
+@pytest.fixture
+def network(docker):
+    net = docker.networks.create(f"proven-torch-test-{uuid.uuid4().hex[:8]}", driver="bridge", labels=LABELS)
+    yield net.name
+    net.remove()
+
+
+def torchrun(job: str, *worker: str) -> list[str]:
+    return [
+        "torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"node0-{job}:{PORT}", "--rdzv-id", job, *worker,
+    ]  # fmt: skip
+
+
+def start_nodes(docker, image, network: str, job: str, *worker: str) -> list[TrackedContainer]:
+    nodes = []
+    for index in range(2):
+        node = TrackedContainer(
+            docker, image, command=torchrun(job, *worker), name=f"node{index}-{job}", hostname=f"node{index}-{job}",
+            network=network, environment={"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1"}, shm_size="256m",
+        )  # fmt: skip
+        nodes.append(node.start())
+    return nodes
+
+
+def read_out(node: TrackedContainer, path: str = "/tmp/out") -> dict[str, bytes]:
+    stream, _ = node.container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        return {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def finish(nodes: list[TrackedContainer], timeout: float) -> list[int]:
+    return [node.wait_exit(timeout=timeout) for node in nodes]
+
+
+def test_the_distributed_smoke_collectives_pass_across_two_containers(docker, image, network):
+    job = uuid.uuid4().hex[:8]
+    nodes = start_nodes(docker, image, network, job, "-m", "smoke.dist_worker", "--backend", "gloo", "--out", "/tmp")
+    try:
+        codes = finish(nodes, timeout=180)
+        assert codes == [0, 0], [n.logs()[-2000:] for n in nodes]
+        reports = [read_out(node, "/tmp") for node in nodes]
+        ranks = sorted(name for files in reports for name in files if name.startswith("rank"))
+        assert ranks == ["rank0.json", "rank1.json"]
+    finally:
+        for node in nodes:
+            node.remove()
+
+
+def test_ppo_ranks_on_two_containers_end_with_identical_weights(docker, image, network):
+    """A tight KL limit makes the ranks stop epochs early: decided together, they stay in step."""
+    job = uuid.uuid4().hex[:8]
+    worker = [*PPO, "--total-timesteps", str(2 * 32 * 16 * 10), "--target-kl", "0.001", "--out-dir", "/tmp/out", "--no-progress"]
+    nodes = start_nodes(docker, image, network, job, *worker)
+    try:
+        codes = finish(nodes, timeout=300)
+        assert codes == [0, 0], [n.logs()[-2000:] for n in nodes]
+        saved = [read_out(node) for node in nodes]
+        ckpts = [
+            torch.load(io.BytesIO(files[f"checkpoint-rank{r}.pt"]), map_location="cpu", weights_only=False)
+            for r, files in enumerate(saved)
+        ]
+        assert ckpts[0]["update_epochs"] == ckpts[1]["update_epochs"] and min(ckpts[0]["update_epochs"]) < 4
+        for key, value in ckpts[0]["agent"].items():
+            assert torch.equal(value, ckpts[1]["agent"][key]), key
+        assert "result.json" in saved[0]  # rank 0 writes the result
+    finally:
+        for node in nodes:
+            node.remove()
+
+
+def test_a_killed_node_ends_the_job_in_bounded_time_with_one_clear_line(docker, image, network):
+    job = uuid.uuid4().hex[:8]
+    worker = [*PPO, "--total-timesteps", "100000000", "--dist-timeout", "20", "--out-dir", "/tmp/out", "--progress-interval", "1"]
+    nodes = start_nodes(docker, image, network, job, *worker)
+    try:
+        wait_until(lambda: "| mean return" in nodes[0].logs(), 180, "rank 0 training (its progress line)")
+        killed_at = time.monotonic()
+        nodes[1].container.kill()
+        code = nodes[0].wait_exit(timeout=180)
+        took = time.monotonic() - killed_at
+        logs = nodes[0].logs()
+        assert code != 0 and took < 120, (code, took)
+        lines = [line for line in logs.splitlines() if line.startswith("ppo_bench: error: rank 0 of 2:")]
+        assert len(lines) == 1 and "did not complete" in lines[0], logs[-3000:]
+    finally:
+        for node in nodes:
+            node.remove()
