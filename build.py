@@ -215,7 +215,7 @@ def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool) -> int:
 
 
 def cmd_advisories(from_dir: Path | None, source: str, as_of: str | None) -> int:
-    from pipeline.advisories import load_snapshot, write_snapshot
+    from pipeline.validation.advisories import load_snapshot, write_snapshot
 
     if from_dir is None:
         raise UsageError("advisories needs --from DIR, a folder of OSV records such as a checkout of pypa/advisory-database")

@@ -6,7 +6,7 @@
 Prints one JSON list of findings ("what: path"), sorted; an empty list is clean.
 build.py runs it inside every image it validates (as root, so nothing is
 unreadable, with no network); stdlib only, so it runs on any Python 3.
---ca-marker: slices of the build's proxy CA certificates (pipeline/hygiene.py
+--ca-marker: slices of the build's proxy CA certificates (pipeline/validation/hygiene.py
 makes them); a copy of that CA anywhere but the system bundle is a finding.
 """
 

@@ -29,3 +29,8 @@ if os.environ.get("JUPYTER_PASSWORD_HASH"):
 # news feed (the image must work offline and behind proxies).
 c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
 c.LabApp.news_url = None
+
+# Terminals run bash as a login shell (Jupyter's default is $SHELL, unset in the
+# image, so plain `sh`): /etc/profile.d/proven-torch.sh then gives them the
+# image's PATH like every other way in (docs/using-the-image.md).
+c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}

@@ -2,7 +2,7 @@
 """Print the image's packages as JSON: {"python": [...], "debian": [...]}.
 
 build.py runs it inside every image it validates and writes the CycloneDX SBOM
-from it on the host (pipeline/sbom.py). Python packages come from `pip inspect`
+from it on the host (pipeline/validation/sbom.py). Python packages come from `pip inspect`
 of the interpreter that runs this file (the image's venv), Debian packages from
 dpkg-query.
 """

@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from pipeline.size import GB
+from pipeline.validation.size import GB
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:60rem;color:#222}
@@ -149,7 +149,7 @@ def render_page(report: dict, run_dir: Path) -> str:
             )  # fmt: skip
             + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"
             + "".join(
-                f"<tr><td><code>{_e(layer['created_by'][:110])}</code></td><td>{layer['bytes'] / GB:.2f} GB</td></tr>"
+                f"<tr><td>{_e(layer.get('name') or layer['created_by'][:110])}</td><td>{layer['bytes'] / GB:.2f} GB</td></tr>"
                 for layer in size.get("largest_layers", [])
             )
             + "</table>"

@@ -90,7 +90,7 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
 
 def advisories_section(variant: Variant) -> dict:
     """The known high and critical advisories the line's pins carry, by the committed snapshot and allowlist."""
-    from pipeline import advisories, audit
+    from pipeline.validation import advisories, audit
 
     database = advisories.load_snapshot()
     # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,

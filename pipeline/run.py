@@ -9,10 +9,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import audit, build_image, docker_env, labels, push, tags, validate
+from pipeline import build_image, docker_env, labels, push, tags, validate
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
+from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, Matrix, Variant
 
 

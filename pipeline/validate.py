@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import advisories as advisory_db
-from pipeline import audit, hygiene, labels, sbom, size
+from pipeline import labels
 from pipeline.containers import read_file, run_in_image
 from pipeline.errors import ValidationFailed
+from pipeline.validation import advisories as advisory_db
+from pipeline.validation import audit, hygiene, sbom, size
 from pipeline.variants import Variant
 
 PROOF_TIMEOUT_S = 2400

@@ -681,6 +681,8 @@ def train(args: Args) -> dict:
                 "timing": timing,
                 "reached": reached,
                 "update_epochs": update_epochs,
+                "device": str(device),  # which device this rank ran on (each rank its own GPU)
+                "loss_scale": scaler.get_scale() if scaler is not None else None,
             },
         )
 

@@ -412,7 +412,7 @@ def human_bytes(n: int | None) -> str:
 
 # --------------------------------------------------------------------------- advisories
 
-# Advisory data older than this is "stale": a pass on it is not a pass (pipeline/advisories.py uses it too).
+# Advisory data older than this is "stale": a pass on it is not a pass (pipeline/validation/advisories.py uses it too).
 STALE_AFTER_DAYS = 90
 
 

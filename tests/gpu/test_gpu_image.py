@@ -40,3 +40,34 @@ def test_no_gpu_check_was_skipped(gpu_proof):
 def test_ppo_gate_solved_on_the_gpu(gpu_proof):
     result = json.loads(gpu_proof.files["ppo/result.json"])
     assert result["solved"] and result["device"].startswith("cuda")
+
+
+# --- ppo_bench across two GPUs (NCCL) ---------------------------------------------------
+
+
+def _two_gpus(docker, image) -> None:
+    done = run_in_image(docker, image, ["python", "-c", "import torch; print(torch.cuda.device_count())"], timeout_s=120, gpus=1)
+    if int(done.stdout.strip().splitlines()[-1]) < 2:
+        pytest.skip("needs two GPUs: NCCL across ranks")
+
+
+@pytest.mark.parametrize("options", [[], ["--cuda-graphs"], ["--amp", "fp16"]], ids=["plain", "cuda-graphs", "amp-fp16"])
+def test_two_ranks_on_two_gpus_stay_identical(docker, image, options):
+    """Each rank on its own GPU, NCCL between them: both finish with identical weights (and equal loss scales)."""
+    _two_gpus(docker, image)
+    command = [
+        "torchrun", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "29512",
+        "-m", "ppo_bench", "--device", "cuda", "--num-envs", "1024", "--num-steps", "16", "--target-kl", "0.01",
+        "--total-timesteps", str(2 * 1024 * 16 * 20), "--out-dir", "/tmp/validation", "--no-progress", *options,
+    ]  # fmt: skip
+    done = run_in_image(docker, image, command, timeout_s=900, gpus=1, shm_size="2g", fetch="/tmp/validation")
+    assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    import io
+
+    import torch
+
+    ckpts = [torch.load(io.BytesIO(done.files[f"checkpoint-rank{r}.pt"]), map_location="cpu", weights_only=False) for r in (0, 1)]
+    assert [c["device"] for c in ckpts] == ["cuda:0", "cuda:1"]
+    assert ckpts[0]["update_epochs"] == ckpts[1]["update_epochs"] and ckpts[0]["loss_scale"] == ckpts[1]["loss_scale"]
+    for key, value in ckpts[0]["agent"].items():
+        assert torch.equal(value, ckpts[1]["agent"][key]), key

@@ -82,25 +82,31 @@ def test_ssh_login_shell(box, expected):
 
 
 def test_jupyter_terminal(box, expected):
-    """A terminal of JupyterLab (a login shell), driven over its websocket as the browser does."""
+    """A terminal of JupyterLab (bash, a login shell), driven over its websocket as the browser does."""
     import requests
 
     port, token = box["container"].ports[8888], box["token"]
     headers = {"Authorization": f"token {token}"}
     name = requests.post(f"http://127.0.0.1:{port}/api/terminals", headers=headers, timeout=30).json()["name"]
-    ws = websocket.create_connection(
-        f"ws://127.0.0.1:{port}/terminals/websocket/{name}", header=[f"Authorization: token {token}"], timeout=30
-    )
+    url = f"ws://127.0.0.1:{port}/terminals/websocket/{name}"
+    ws = websocket.create_connection(url, header=[f"Authorization: token {token}"], timeout=5)
+    output, sent, deadline = "", False, time.monotonic() + 120
     try:
-        ws.send(json.dumps(["stdin", SHELL_PROBE + "\r"]))
-        output, deadline = "", time.monotonic() + 120
         while time.monotonic() < deadline and not any(
-            line.startswith("PROBE ") and line.count(" ") == 2 for line in output.replace("\r", "").splitlines()[:-1]
+            line.startswith("PROBE ") and line.count(" ") == 2 for line in output.replace("\r", "").splitlines()
         ):
-            message = json.loads(ws.recv())
+            try:
+                message = json.loads(ws.recv())
+            except websocket.WebSocketTimeoutException:
+                continue  # every wait is bounded by the deadline, not by the server's pings
             if message[0] == "stdout":
                 output += message[1]
+                if not sent:  # the prompt is there: the shell reads its input now
+                    ws.send(json.dumps(["stdin", "echo SHELL-IS-$0; " + SHELL_PROBE + "\r"]))
+                    sent = True
     finally:
         ws.close()
         requests.delete(f"http://127.0.0.1:{port}/api/terminals/{name}", headers=headers, timeout=30)
-    assert probe_line(output.replace("\r", "")) == expected
+    text = output.replace("\r", "")
+    assert "SHELL-IS--bash" in text or "SHELL-IS-/bin/bash" in text, text[-2000:]
+    assert probe_line(text) == expected

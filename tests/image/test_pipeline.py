@@ -368,7 +368,7 @@ def test_sbom_lists_torch_and_openssh(run_result):
 
 
 def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path):
-    from pipeline.advisories import load_snapshot
+    from pipeline.validation.advisories import load_snapshot
 
     result, snapshot = report["validation"]["audit"], load_snapshot()
     assert result["status"] == "pass" and result["failing"] == []
@@ -390,8 +390,8 @@ def test_the_image_label_names_the_accepted_advisories(docker, run_result, repor
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
     """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
-    from pipeline import audit as audit_mod
     from pipeline.validate import Findings, Request, sbom_and_audit
+    from pipeline.validation import audit as audit_mod
 
     db = tmp_path / "osv"
     db.mkdir()

@@ -10,9 +10,9 @@ import zipfile
 
 import pytest
 
-from pipeline import advisories
-from pipeline.audit import audit, severity
 from pipeline.errors import UsageError
+from pipeline.validation import advisories
+from pipeline.validation.audit import audit, severity
 
 pytestmark = pytest.mark.unit
 
@@ -89,7 +89,7 @@ def test_age_and_staleness():
 
 
 def test_a_pass_on_stale_data_is_said_stale():
-    from pipeline.audit import word
+    from pipeline.validation.audit import word
 
     assert word({"status": "pass", "stale": True}) == "stale"
     assert word({"status": "pass", "stale": False}) == "pass"

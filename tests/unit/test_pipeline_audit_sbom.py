@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pipeline.audit import Allowed, audit, cvss3_base_score, load_allowlist, matches, severity
 from pipeline.errors import UsageError
-from pipeline.sbom import build_sbom
+from pipeline.validation.audit import Allowed, audit, cvss3_base_score, load_allowlist, matches, severity
+from pipeline.validation.sbom import build_sbom
 
 pytestmark = pytest.mark.unit
 
@@ -142,8 +142,8 @@ def test_sbom_is_cyclonedx_with_purls():
 
 
 def _carried(name):
-    from pipeline import advisories
-    from pipeline.audit import carried
+    from pipeline.validation import advisories
+    from pipeline.validation.audit import carried
     from pipeline.variants import load_matrix
 
     return carried(load_matrix().by_name(name), advisories.load_snapshot().records, load_allowlist())

@@ -292,3 +292,17 @@ def test_the_rendered_spec_is_accepted_and_a_changed_one_is_named(cu128):
         "the image's spec differs from images/variants.toml in nccl, ppo_gate: rebuild after `python build.py render`"
     )
     assert "has no /opt/proven-torch/expect.json" in spec_problem(None, cu128)
+
+
+# --- layer names in the report ----------------------------------------------------------
+
+
+def test_largest_layers_are_named_by_what_they_install():
+    from pipeline.validation.size import layer_name
+
+    pip = "RUN /bin/bash -o pipefail -c pip install --no-deps --require-hashes -r /opt/proven-torch/lock/3-torch.txt # buildkit"
+    apt = "RUN apt-get update  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends  ca-certificates python3 gcc  && rm -rf /x"
+    assert layer_name(pip) == "Python: torch and triton (3-torch.txt)"
+    assert layer_name(apt) == "OS packages: ca-certificates, python3, gcc"
+    assert layer_name("COPY smoke/ /opt/proven-torch/smoke/ # buildkit") == "project files: smoke/"
+    assert layer_name("") == "base image"

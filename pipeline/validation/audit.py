@@ -1,6 +1,6 @@
 """Vulnerability audit of the image's Python packages against OSV advisories, offline.
 
-The records come from pipeline/advisories.py (the committed snapshot or
+The records come from pipeline/validation/advisories.py (the committed snapshot or
 `--advisories`). Matching uses the records' version ranges and lists, with PEP
 440 ordering from `packaging`. Severity is the database's own level, else the
 CVSS v3 base rating computed from the record's vector, else UNKNOWN. High and
