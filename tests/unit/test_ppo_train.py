@@ -205,47 +205,6 @@ def test_pendulum_gaussian_policy_runs_on_the_gymnasium_backend(tmp_path):
     assert (tmp_path / "result.json").exists()
 
 
-def test_torchrun_two_gloo_processes(tmp_path):
-    out = tmp_path / "ddp"
-    proc = run_cli(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "ppo_bench",
-            "--device",
-            "cpu",
-            "--seed",
-            "1",
-            "--total-timesteps",
-            str(2 * 16 * 16 * 6),
-            "--out-dir",
-            str(out),
-            "--no-progress",
-            *TINY,
-        ],
-        env_extra={"OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads((out / "result.json").read_text())
-    assert result["world_size"] == 2 and result["num_envs_total"] == 32
-    assert result["total_env_steps"] == 2 * 16 * 16 * 6 and result["episodes"] > 0
-    assert proc.stdout.count("ppo_bench: solved=") == 1  # one summary, from rank 0
-    r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
-    # Gradients were averaged: both ranks hold the same weights ...
-    for key, value in r0["agent"].items():
-        assert torch.equal(value, r1["agent"][key]), key
-    # ... although each rank stepped its own environments.
-    assert not torch.equal(r0["envs"]["state"], r1["envs"]["state"])
-    assert r0["episodes"] == r1["episodes"]  # every rank saw all ranks' episodes
-
-
 def torchrun_argv(out, *extra):
     return [
         "-m",
@@ -268,6 +227,23 @@ def torchrun_argv(out, *extra):
         *TINY,
         *extra,
     ]
+
+
+def test_torchrun_two_gloo_processes(tmp_path):
+    out = tmp_path / "ddp"
+    proc = run_cli(torchrun_argv(out, "--total-timesteps", str(2 * 16 * 16 * 6)), env_extra={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["world_size"] == 2 and result["num_envs_total"] == 32
+    assert result["total_env_steps"] == 2 * 16 * 16 * 6 and result["episodes"] > 0
+    assert proc.stdout.count("ppo_bench: solved=") == 1  # one summary, from rank 0
+    r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
+    # Gradients were averaged: both ranks hold the same weights ...
+    for key, value in r0["agent"].items():
+        assert torch.equal(value, r1["agent"][key]), key
+    # ... although each rank stepped its own environments.
+    assert not torch.equal(r0["envs"]["state"], r1["envs"]["state"])
+    assert r0["episodes"] == r1["episodes"]  # every rank saw all ranks' episodes
 
 
 @pytest.mark.parametrize("target_kl", ["0.001", "0.01"])
