@@ -374,8 +374,28 @@ def python_headers() -> Path | None:
     return header if header.is_file() else None
 
 
+def inductor_cache_dir() -> str:
+    """Where Inductor writes (and loads) the code it compiles: $TORCHINDUCTOR_CACHE_DIR, else the temp folder."""
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR") or tempfile.gettempdir()
+
+
+def noexec(path: str) -> bool:
+    """True when `path` is on a file system mounted noexec (compiled code there cannot be loaded)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
+    except OSError:
+        return False
+
+
 def compile_prerequisites(device: str) -> str | None:
     """One line saying what torch.compile on `device` lacks on this machine, or None."""
+    cache = inductor_cache_dir()
+    if noexec(cache):
+        return (
+            f"torch.compile on {device} cannot load the code it compiles: {cache} is mounted noexec "
+            "(Docker's --tmpfs /tmp is); mount it with exec (--tmpfs /tmp:exec, a Kubernetes emptyDir is fine) "
+            "or set TORCHINDUCTOR_CACHE_DIR to a writable folder that allows exec"
+        )
     in_image = Path("/opt/proven-torch/expect.json").is_file()
     fix = "the image is supposed to ship it: rebuild the image" if in_image else "install it"
     if find_compiler(device) is None:

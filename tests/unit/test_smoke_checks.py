@@ -298,3 +298,14 @@ def test_broken_dataloader_fails_with_shm_advice(host_facts, monkeypatch):
     outcome = checks.check_shm(ctx_for(host_facts, shm_bytes=64 * 1024 * 1024))
     assert outcome.status == "fail"
     assert "Bus error" in outcome.detail and "--shm-size" in outcome.detail
+
+
+def test_a_noexec_temp_folder_is_named_before_inductor_fails_deep_inside(monkeypatch, tmp_path):
+    """Docker's --tmpfs /tmp is noexec: Inductor's compiled .so there cannot be loaded."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(checks, "noexec", lambda path: path == str(tmp_path))
+    problem = checks.compile_prerequisites("cpu")
+    assert problem.startswith(f"torch.compile on cpu cannot load the code it compiles: {tmp_path} is mounted noexec")
+    assert "--tmpfs /tmp:exec" in problem and "\n" not in problem
+    monkeypatch.setattr(checks, "noexec", lambda path: False)
+    assert checks.compile_prerequisites("cpu") is None
