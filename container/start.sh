@@ -25,7 +25,6 @@ set -euo pipefail
 
 readonly RUN_DIR=/tmp/proven-torch              # run-time state; healthcheck.py reads it
 readonly CONTAINER_DIR=/opt/proven-torch/container
-readonly AUTH_KEYS_HEADER="# Written by start.sh from PUBLIC_KEY / PUBLIC_KEY_FILE at every start; edits are lost. Mount your own file here instead."
 readonly DEFAULT_HOST_KEY_DIR=/workspace/.ssh-host-keys
 # sshd's log lines (stderr, \r\n-terminated) lose the \r and the two lines each
 # healthcheck probe (connect, read the banner, close) would add every few seconds.
@@ -86,84 +85,12 @@ startup_report() {
 
 # --- SSH -------------------------------------------------------------------------
 
-# Check the key lines of $2 (text from source $1): valid ones go to KEYS,
-# a description of each invalid one to BAD_KEYS.
-KEYS=()
-BAD_KEYS=()
-check_keys() {
-    local source="$1" text="$2" line n=0 tmp
-    if [[ "$text" == *"PRIVATE KEY"* ]]; then
-        BAD_KEYS+=("$source holds a PRIVATE key (give the .pub file)")
-        return 0
-    fi
-    tmp="$(mktemp)"
-    while IFS= read -r line || [[ -n "$line" ]]; do
-        n=$((n + 1))
-        line="${line%$'\r'}"
-        [[ -z "${line//[[:space:]]/}" || "$line" == \#* ]] && continue
-        printf '%s\n' "$line" >"$tmp"
-        if ssh-keygen -l -f "$tmp" >/dev/null 2>&1; then
-            KEYS+=("$line")
-        else
-            BAD_KEYS+=("$source line $n ('${line:0:24}...') is not a valid SSH public key")
-        fi
-    done <<<"$text"
-    rm -f "$tmp"
-}
-
 # Install the keys from PUBLIC_KEY / PUBLIC_KEY_FILE into ~/.ssh/authorized_keys
-# (rewritten at each start) unless that file is the user's own (mounted). Return
-# 0 when ~/.ssh/authorized_keys ends up holding at least one valid key. Logs one
-# line when something is wrong.
+# (rewritten at each start) unless that file is the user's own (mounted); each
+# key line is checked with ssh-keygen. Returns 0 when the file holds a valid key;
+# logs one line when something is wrong. The vetting is container/ssh_keys.py.
 setup_authorized_keys() {
-    local ssh_dir="$SSH_HOME/.ssh" file="$SSH_HOME/.ssh/authorized_keys" own=false
-    local expected="expected one 'TYPE BASE64 [comment]' line per key, as in ~/.ssh/id_ed25519.pub"
-    if [[ -n "${PUBLIC_KEY:-}" ]]; then
-        check_keys PUBLIC_KEY "$PUBLIC_KEY"
-    fi
-    if [[ -n "${PUBLIC_KEY_FILE:-}" ]]; then
-        if [[ -r "$PUBLIC_KEY_FILE" && -f "$PUBLIC_KEY_FILE" ]]; then
-            check_keys "PUBLIC_KEY_FILE ($PUBLIC_KEY_FILE)" "$(<"$PUBLIC_KEY_FILE")"
-        else
-            BAD_KEYS+=("PUBLIC_KEY_FILE=$PUBLIC_KEY_FILE cannot be read (not mounted, or not readable by UID $(id -u))")
-        fi
-    fi
-    mkdir -p -m 700 "$ssh_dir" 2>/dev/null || true
-    if [[ -e "$file" ]] && [[ "$(head -n 1 "$file" 2>/dev/null)" != "$AUTH_KEYS_HEADER" ]]; then
-        own=true
-    fi
-    if [[ "$own" == true ]]; then
-        # shellcheck disable=SC2088 # a message to the user: the ~ is meant literally
-        ((${#KEYS[@]})) && BAD_KEYS+=("~/.ssh/authorized_keys is your own (mounted) file, so the keys from PUBLIC_KEY / PUBLIC_KEY_FILE were not added to it")
-    elif ((${#KEYS[@]})); then
-        if ! { printf '%s\n' "$AUTH_KEYS_HEADER" "${KEYS[@]}" >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"; } 2>/dev/null; then
-            log "SSH: off: cannot write $file (is $ssh_dir writable by UID $(id -u)?)."
-            return 1
-        fi
-    else
-        rm -f "$file"   # keys of an earlier start that are no longer given
-    fi
-    [[ "${BAD_KEYS[*]}" == *"not a valid"* ]] || expected="nothing else was changed"
-    if [[ ! -f "$file" ]] || ! ssh-keygen -l -f "$file" >/dev/null 2>&1; then
-        if ((${#BAD_KEYS[@]})); then
-            log "SSH: off: $(IFS=';'; echo "${BAD_KEYS[*]}"); $expected."
-        elif [[ "$own" == true ]]; then
-            log "SSH: off: ~/.ssh/authorized_keys holds no valid public key; expected one 'TYPE BASE64 [comment]' line per key."
-        else
-            log "SSH: off (no key given: set PUBLIC_KEY or PUBLIC_KEY_FILE, or mount ~/.ssh/authorized_keys)."
-        fi
-        return 1
-    fi
-    if ((${#BAD_KEYS[@]})); then
-        log "SSH: ignored: $(IFS=';'; echo "${BAD_KEYS[*]}"); $expected."
-    fi
-    # sshd's StrictModes ignores a key file that others may write or that belongs to someone else.
-    local owner mode
-    read -r owner mode < <(stat -L -c '%u %a' "$file")
-    if [[ "$owner" != "$(id -u)" && "$owner" != 0 ]] || ((8#$mode & 8#022)); then
-        log "SSH: sshd will refuse ~/.ssh/authorized_keys: it belongs to UID $owner with mode $mode; it must belong to UID $(id -u) (or root) and not be group/world-writable (chmod 600)."
-    fi
-    return 0
+    python3 "$CONTAINER_DIR/ssh_keys.py" "$SSH_HOME"
 }
 
 # Host keys (ed25519, ecdsa): made at first start, never in the image; kept in

@@ -82,36 +82,75 @@ def public_key(tmp_path):
     return (tmp_path / "k.pub").read_text().strip(), (tmp_path / "k").read_text()
 
 
-def check_keys(text: str) -> tuple[list[str], list[str]]:
-    result = bash(
-        'check_keys PUBLIC_KEY "$KEY_TEXT"; printf "K:%s\\n" "${KEYS[@]}"; printf "B:%s\\n" "${BAD_KEYS[@]}"',
-        env={"KEY_TEXT": text},
-    )
-    lines = result.stdout.splitlines()
-    return [line[2:] for line in lines if line.startswith("K:") and line != "K:"], [
-        line[2:] for line in lines if line.startswith("B:") and line != "B:"
-    ]
+def load_ssh_keys():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ssh_keys", START_SH.parent / "ssh_keys.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ssh_keys = load_ssh_keys()
 
 
 def test_a_valid_key_is_kept(public_key):
-    assert check_keys(public_key[0]) == ([public_key[0]], [])
+    assert ssh_keys.vet("PUBLIC_KEY", public_key[0]) == ([public_key[0]], [])
 
 
 def test_several_keys_comments_blank_lines_and_options(public_key):
     key = public_key[0]
-    keys, bad = check_keys(f"# mine\n\n{key}\r\nrestrict {key}\n")
+    keys, bad = ssh_keys.vet("PUBLIC_KEY", f"# mine\n\n{key}\r\nrestrict {key}\n")
     assert (keys, bad) == ([key, f"restrict {key}"], [])
 
 
 def test_a_malformed_key_is_reported_with_its_line(public_key):
-    keys, bad = check_keys(f"{public_key[0]}\nssh-ed25519 AAAAnotakey me@laptop")
+    keys, bad = ssh_keys.vet("PUBLIC_KEY", f"{public_key[0]}\nssh-ed25519 AAAAnotakey me@laptop")
     assert keys == [public_key[0]]
     assert bad == ["PUBLIC_KEY line 2 ('ssh-ed25519 AAAAnotakey ...') is not a valid SSH public key"]
 
 
 def test_a_private_key_is_refused_whole(public_key):
-    keys, bad = check_keys(public_key[1])
+    keys, bad = ssh_keys.vet("PUBLIC_KEY", public_key[1])
     assert keys == [] and bad == ["PUBLIC_KEY holds a PRIVATE key (give the .pub file)"]
+
+
+def test_install_writes_the_keys_with_its_header_and_mode_600(public_key, tmp_path):
+    ok, lines = ssh_keys.install(tmp_path, {"PUBLIC_KEY": public_key[0]}, os.getuid())
+    file = tmp_path / ".ssh" / "authorized_keys"
+    assert ok and lines == []
+    assert file.read_text() == f"{ssh_keys.HEADER}\n{public_key[0]}\n" and file.stat().st_mode & 0o777 == 0o600
+
+
+def test_install_keeps_a_mounted_file_and_says_the_given_keys_were_not_added(public_key, tmp_path):
+    (tmp_path / ".ssh").mkdir()
+    own = tmp_path / ".ssh" / "authorized_keys"
+    own.write_text(public_key[0] + "\n")
+    own.chmod(0o600)
+    ok, lines = ssh_keys.install(tmp_path, {"PUBLIC_KEY": public_key[0]}, os.getuid())
+    assert ok and own.read_text() == public_key[0] + "\n"
+    assert lines == [
+        "SSH: ignored: ~/.ssh/authorized_keys is your own (mounted) file, so the keys from PUBLIC_KEY / PUBLIC_KEY_FILE "
+        "were not added to it; nothing else was changed."
+    ]
+
+
+def test_install_with_no_key_leaves_ssh_off_and_removes_old_keys(public_key, tmp_path):
+    assert ssh_keys.install(tmp_path, {"PUBLIC_KEY": public_key[0]}, os.getuid())[0]
+    ok, lines = ssh_keys.install(tmp_path, {}, os.getuid())
+    assert not ok and not (tmp_path / ".ssh" / "authorized_keys").exists()
+    assert lines == ["SSH: off (no key given: set PUBLIC_KEY or PUBLIC_KEY_FILE, or mount ~/.ssh/authorized_keys)."]
+
+
+def test_install_with_only_a_bad_key_is_one_line_saying_the_format(tmp_path):
+    ok, lines = ssh_keys.install(tmp_path, {"PUBLIC_KEY": "ssh-ed25519 AAAAnotakey me"}, os.getuid())
+    assert not ok and len(lines) == 1
+    assert lines[0].startswith("SSH: off: PUBLIC_KEY line 1") and lines[0].endswith("as in ~/.ssh/id_ed25519.pub.")
+
+
+def test_an_unreadable_key_file_is_named(tmp_path):
+    ok, lines = ssh_keys.install(tmp_path, {"PUBLIC_KEY_FILE": str(tmp_path / "missing.pub")}, 1234)
+    assert not ok and f"PUBLIC_KEY_FILE={tmp_path / 'missing.pub'} cannot be read" in lines[0] and "UID 1234" in lines[0]
 
 
 def test_sshd_log_filter_drops_only_the_healthcheck_probe_lines():
