@@ -80,6 +80,34 @@ def make_writer(out_dir: Path, purge_step: int | None):
     return SummaryWriter(log_dir=str(out_dir), purge_step=purge_step)
 
 
+def open_writer(out_dir: Path, args, resumed_at: int | None):
+    """TensorBoard writer of rank 0; a new run records its hyperparameters, a resumed one drops events past its checkpoint."""
+    import dataclasses
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writer = make_writer(out_dir, purge_step=resumed_at)
+    if resumed_at is None:
+        table = "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
+    return writer
+
+
+def finish(writer, out_dir: Path, args, ep_steps: list[int], ep_returns: list[float], reached: dict, result: dict) -> None:
+    """Rank 0's last outputs: close TensorBoard, draw the learning curve, write result.json."""
+    writer.close()
+    title = f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})"
+    plot_learning_curve(
+        out_dir / "learning_curve.png",
+        ep_steps,
+        ep_returns,
+        args.target_window,
+        args.target_return,
+        reached["steps_to_target"],
+        title=title,
+    )
+    write_json(out_dir / "result.json", result)
+
+
 def rolling_mean(values: list[float], window: int) -> list[float]:
     """Mean of the last `window` values at each position (fewer at the start)."""
     out, acc = [], 0.0

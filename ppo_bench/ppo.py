@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -490,8 +491,213 @@ def capture_cuda_graph(fn, device: torch.device, warmup: int = 2) -> torch.cuda.
 
 
 # =============================================================================
+# Storage and run state: what a rollout fills, and what a checkpoint carries.
+# =============================================================================
+
+
+@dataclass
+class Storage:
+    """The rollout's tensors. Every rollout writes into these same tensors (a CUDA graph needs fixed addresses)."""
+
+    obs: torch.Tensor
+    final_obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terms: torch.Tensor
+    truncs: torch.Tensor
+    ep_ret: torch.Tensor
+    ep_len: torch.Tensor
+    next_obs: torch.Tensor
+
+    @classmethod
+    def allocate(cls, T: int, N: int, envs, device: torch.device) -> Storage:
+        shape = envs.single_observation_shape
+        zeros = functools.partial(torch.zeros, device=device)
+        actions = zeros((T, N, envs.num_actions)) if envs.continuous else zeros((T, N), dtype=torch.long)
+        return cls(
+            obs=zeros((T, N) + shape), final_obs=zeros((T, N) + shape), actions=actions, logprobs=zeros((T, N)),
+            values=zeros((T, N)), rewards=zeros((T, N)), terms=zeros((T, N), dtype=torch.bool),
+            truncs=zeros((T, N), dtype=torch.bool), ep_ret=zeros((T, N)), ep_len=zeros((T, N), dtype=torch.int32),
+            next_obs=zeros((N,) + shape),
+        )  # fmt: skip
+
+
+@dataclass
+class RunState:
+    """What the run has done so far; a checkpoint carries it, --resume restores it."""
+
+    start_iteration: int = 1
+    global_step: int = 0
+    ep_steps: list[int] = field(default_factory=list)
+    ep_returns: list[float] = field(default_factory=list)
+    ep_lengths: list[int] = field(default_factory=list)
+    update_epochs: list[int] = field(default_factory=list)  # epochs each update ran (early stopping ends some sooner)
+    timing: dict = field(default_factory=lambda: {"rollout": 0.0, "update": 0.0, "wall": 0.0, "cpu": 0.0})
+    reached: dict = field(
+        default_factory=lambda: {"steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None}
+    )
+
+
+def restore(ckpt: dict, agent, optimizer, scaler, envs, store: Storage, device: torch.device) -> RunState:
+    """Put a checkpoint back into the run's objects; the run state it carried."""
+    agent.load_state_dict(ckpt["agent"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(ckpt["scaler"])
+    envs.load_state_dict(ckpt["envs"])
+    store.next_obs.copy_(ckpt["next_obs"])
+    set_rng_state(ckpt["rng"], device)
+    episodes = ckpt["episodes"]
+    return RunState(
+        start_iteration=ckpt["iteration"] + 1, global_step=ckpt["global_step"], ep_steps=episodes["steps"],
+        ep_returns=episodes["returns"], ep_lengths=episodes["lengths"], update_epochs=ckpt.get("update_epochs", []),
+        timing=ckpt["timing"], reached=ckpt["reached"],
+    )  # fmt: skip
+
+
+def checkpoint(args: Args, state: RunState, iteration: int, agent, optimizer, scaler, envs, store: Storage, device) -> dict:
+    return {
+        "format": 1, "args": dataclasses.asdict(args), "iteration": iteration, "global_step": state.global_step,
+        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None, "envs": envs.state_dict(),
+        "next_obs": store.next_obs.cpu(), "rng": rng_state(device),
+        "episodes": {"steps": state.ep_steps, "returns": state.ep_returns, "lengths": state.ep_lengths},
+        "timing": state.timing, "reached": state.reached, "update_epochs": state.update_epochs,
+        "device": str(device),  # which device this rank ran on (each rank its own GPU)
+        "loss_scale": scaler.get_scale() if scaler is not None else None,
+    }  # fmt: skip
+
+
+def result_record(
+    args: Args, state: RunState, iteration: int, num_iterations: int, world_size: int, device, resumed: bool
+) -> dict:
+    """result.json: what the run reached, how fast, on what."""
+    window, steps, timing, reached = state.ep_returns[-args.target_window :], state.global_step, state.timing, state.reached
+    return {
+        "solved": reached["steps_to_target"] is not None, "target_return": args.target_return,
+        "target_window": args.target_window, "final_mean_return": sum(window) / len(window) if window else None,
+        "episodes": len(state.ep_returns), **reached, "wall_seconds": timing["wall"], "cpu_seconds": timing["cpu"],
+        "sps_end_to_end": steps / max(timing["wall"], 1e-9), "sps_rollout": steps / max(timing["rollout"], 1e-9),
+        "sps_update": steps / max(timing["update"], 1e-9), "total_env_steps": steps, "iterations": iteration,
+        "finished": iteration >= num_iterations or reached["steps_to_target"] is not None, "seed": args.seed,
+        "backend": args.backend, "env_id": args.env_id, "num_envs": args.num_envs,
+        "num_envs_total": args.num_envs * world_size, "world_size": world_size, "torch_threads": torch.get_num_threads(),
+        "resumed": resumed, **device_facts(device), "versions": outputs.versions(), "args": dataclasses.asdict(args),
+    }  # fmt: skip
+
+
+# =============================================================================
+# Speed-study options: --adam, --amp, --compile, --cuda-graphs
+# (docs/ppo-benchmark.md measures what each is worth). Each leaves the algorithm as it is.
+# =============================================================================
+
+
+def make_optimizer(args: Args, params) -> torch.optim.Adam:
+    impl = {"fused": True} if args.adam in ("auto", "fused") else {"foreach": True}
+    return torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5, **impl)
+
+
+def make_autocast(args: Args, device: torch.device):
+    """A context-manager factory: autocast to the --amp dtype, or nothing."""
+    dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    if dtype is None:
+        return contextlib.nullcontext
+    # A CUDA graph must not keep autocast's cached weight casts (they would go stale).
+    return functools.partial(torch.autocast, device.type, dtype=dtype, cache_enabled=not args.cuda_graphs)
+
+
+def maybe_compile(fn, args: Args):
+    return torch.compile(fn) if args.compile else fn
+
+
+def graph_of_rollout(rollout, envs, store: Storage, device: torch.device) -> torch.cuda.CUDAGraph:
+    """Capture the rollout; its warm-up runs step the environments, so put them back where they were."""
+    saved_env, saved_obs, saved_rng = envs.state_dict(), store.next_obs.clone(), rng_state(device)
+    graph = capture_cuda_graph(rollout, device)
+    envs.load_state_dict(saved_env)
+    store.next_obs.copy_(saved_obs)
+    set_rng_state(saved_rng, device)
+    return graph
+
+
+# =============================================================================
 # Training.
 # =============================================================================
+
+
+def ppo_loss(agent, args: Args, autocast, mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values):
+    """The clipped PPO loss of one minibatch, and its stats (policy and value loss, entropy, approx. KL, clip fraction)."""
+    with autocast():
+        newlogprob, entropy, newvalue = agent.evaluate(mb_obs, mb_actions)
+    newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
+    if args.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    pg_loss, approx_kl, clipfrac = clipped_policy_loss(newlogprob, mb_logprobs, mb_advantages, args.clip_coef)
+    v_loss = clipped_value_loss(newvalue, mb_values, mb_returns, args.clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    return loss, torch.stack((pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)).detach()
+
+
+def ppo_update(args: Args, batch: list[torch.Tensor], loss_fn, optimizer, scaler, params, comms: Collectives):
+    """Epochs of minibatch steps over one rollout; (summed stats, minibatches, epochs run)."""
+    batch_size = batch[0].shape[0]
+    minibatch_size = batch_size // args.num_minibatches
+    stats_sum = torch.zeros(5, device=batch[0].device)
+    n_minibatches, epochs_run = 0, 0
+    for _epoch in range(args.update_epochs):
+        epochs_run += 1
+        # Shuffle once per epoch, then cut contiguous minibatches (one gather per tensor per epoch).
+        perm = torch.randperm(batch_size, device=batch[0].device)
+        shuffled = [x[perm] for x in batch]
+        for start in range(0, batch_size, minibatch_size):
+            loss, stats = loss_fn(*(x[start : start + minibatch_size] for x in shuffled))
+            optimizer.zero_grad(set_to_none=True)
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            if comms.world_size > 1:
+                # Scaled gradients are averaged first, then unscaled: every rank then sees the same
+                # inf/NaN (GradScaler skips the step on all of them together), the loss scales stay equal.
+                flat = torch.cat([p.grad.reshape(-1) for p in params])
+                comms.mean_(flat, "all_reduce of the gradients")
+                offset = 0
+                for p in params:
+                    p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
+                    offset += p.numel()
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            stats_sum += stats
+            n_minibatches += 1
+        if args.target_kl is not None:
+            # Decided together: each rank's own KL differs, and a rank that stopped alone
+            # would leave the others waiting in their next all_reduce.
+            approx_kl = stats[3].clone()
+            comms.mean_(approx_kl, "all_reduce of the approximate KL (early stopping)")
+            if approx_kl.item() > args.target_kl:
+                break
+    return stats_sum, n_minibatches, epochs_run
+
+
+def log_iteration(writer, step: int, lr: float, mean_recent, finished: list, metrics: list, returns, values, sps: float) -> None:
+    var_y = returns.var()
+    explained_var = (1 - (returns - values).var() / var_y).item() if var_y > 0 else float("nan")
+    writer.add_scalar("charts/learning_rate", lr, step)
+    if mean_recent is not None:
+        writer.add_scalar("charts/episodic_return", mean_recent, step)
+    if finished:
+        writer.add_scalar("charts/episodic_return_iteration", sum(r[1] for r in finished) / len(finished), step)
+        writer.add_scalar("charts/episodic_length", sum(r[2] for r in finished) / len(finished), step)
+    for name, value in zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), metrics, strict=True):
+        writer.add_scalar(f"losses/{name}", value, step)
+    writer.add_scalar("losses/explained_variance", explained_var, step)
+    writer.add_scalar("charts/SPS", sps, step)
 
 
 def train(args: Args) -> dict:
@@ -510,271 +716,111 @@ def train(args: Args) -> dict:
         torch.set_num_threads(args.threads)
     out_dir = Path(args.out_dir)
     ckpt_path = out_dir / ("checkpoint.pt" if world_size == 1 else f"checkpoint-rank{rank}.pt")
-    ckpt = None
-    if args.resume:
-        if not ckpt_path.exists():
-            raise ConfigError(f"--resume: no checkpoint at {ckpt_path}; start without --resume")
-        ckpt = outputs.load_checkpoint(ckpt_path)
-        _check_resume_args(ckpt["args"], args)
-
-    batch_size = args.num_envs * args.num_steps  # per process
-    global_batch = batch_size * world_size
-    minibatch_size = batch_size // args.num_minibatches
+    ckpt = load_for_resume(args, ckpt_path) if args.resume else None
+    T, N = args.num_steps, args.num_envs
+    global_batch = N * T * world_size
     num_iterations = max(1, args.total_timesteps // global_batch)
 
     # Seeding: rank r uses seed + r; all ranks then take rank 0's initial weights.
     seed_everything(args.seed + rank, args.torch_deterministic, device)
-
-    # Environment setup
-    envs = make_envs(args.backend, args.env_id, args.num_envs, seed=args.seed + 100_000 * rank, device=device)
+    envs = make_envs(args.backend, args.env_id, N, seed=args.seed + 100_000 * rank, device=device)
     obs_shape = envs.single_observation_shape
-
     agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size, args.activation).to(device)
     for p in agent.parameters():
         comms.broadcast_(p.data, "the initial weights (broadcast from rank 0)")
-    fused = args.adam in ("auto", "fused")
-    optimizer = torch.optim.Adam(
-        agent.parameters(), lr=args.learning_rate, eps=1e-5, **({"fused": True} if fused else {"foreach": True})
-    )
-    amp_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    params = list(agent.parameters())
+    optimizer = make_optimizer(args, params)
     scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
-
-    def autocast():
-        if amp_dtype is None:
-            return contextlib.nullcontext()
-        # A CUDA graph must not keep autocast's cached weight casts (they would go stale).
-        return torch.autocast(device.type, dtype=amp_dtype, cache_enabled=not args.cuda_graphs)
-
-    # Storage: every rollout writes into these same tensors (a CUDA graph needs fixed addresses).
-    T, N = args.num_steps, args.num_envs
-    obs_buf = torch.zeros((T, N) + obs_shape, device=device)
-    final_obs_buf = torch.zeros((T, N) + obs_shape, device=device)
-    actions_buf = (
-        torch.zeros((T, N, envs.num_actions), device=device)
-        if envs.continuous
-        else torch.zeros((T, N), device=device, dtype=torch.long)
-    )
-    logprobs_buf = torch.zeros((T, N), device=device)
-    values_buf = torch.zeros((T, N), device=device)
-    rewards_buf = torch.zeros((T, N), device=device)
-    terms_buf = torch.zeros((T, N), device=device, dtype=torch.bool)
-    truncs_buf = torch.zeros((T, N), device=device, dtype=torch.bool)
-    ep_ret_buf = torch.zeros((T, N), device=device)
-    ep_len_buf = torch.zeros((T, N), device=device, dtype=torch.int32)
-    next_obs = torch.zeros((N,) + obs_shape, device=device)
-
-    # Run state that a checkpoint carries.
-    start_iteration, global_step = 1, 0
-    ep_steps: list[int] = []
-    ep_returns: list[float] = []
-    ep_lengths: list[int] = []
-    update_epochs: list[int] = []  # epochs each iteration's update ran (early stopping on KL ends some sooner)
-    timing = {"rollout": 0.0, "update": 0.0, "wall": 0.0, "cpu": 0.0}
-    reached = {"steps_to_target": None, "seconds_to_target": None, "cpu_seconds_to_target": None}
+    autocast = make_autocast(args, device)
+    store = Storage.allocate(T, N, envs, device)
     if ckpt is None:
-        next_obs.copy_(envs.reset())
+        state = RunState()
+        store.next_obs.copy_(envs.reset())
     else:
-        agent.load_state_dict(ckpt["agent"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if scaler is not None:
-            scaler.load_state_dict(ckpt["scaler"])
-        envs.load_state_dict(ckpt["envs"])
-        next_obs.copy_(ckpt["next_obs"])
-        start_iteration, global_step = ckpt["iteration"] + 1, ckpt["global_step"]
-        ep_steps, ep_returns, ep_lengths = (ckpt["episodes"][k] for k in ("steps", "returns", "lengths"))
-        timing, reached = ckpt["timing"], ckpt["reached"]
-        update_epochs = ckpt.get("update_epochs", [])
-        set_rng_state(ckpt["rng"], device)
-    recent = deque(ep_returns[-args.target_window :], maxlen=args.target_window)
+        state = restore(ckpt, agent, optimizer, scaler, envs, store, device)
+    recent = deque(state.ep_returns[-args.target_window :], maxlen=args.target_window)
 
     def act_and_step(obs):
         with autocast():
             action, logprob, value = agent.act(obs)
         return action, logprob, value, envs.step(action)
 
-    if args.compile:
-        act_and_step = torch.compile(act_and_step)
+    act_and_step = maybe_compile(act_and_step, args)
 
     @torch.no_grad()
     def rollout():
         for t in range(T):
-            obs_buf[t].copy_(next_obs)
-            action, logprob, value, out = act_and_step(next_obs)
-            actions_buf[t].copy_(action)
-            logprobs_buf[t].copy_(logprob)
-            values_buf[t].copy_(value)
-            rewards_buf[t].copy_(out.reward)
-            terms_buf[t].copy_(out.terminated)
-            truncs_buf[t].copy_(out.truncated)
-            final_obs_buf[t].copy_(out.final_obs)
-            ep_ret_buf[t].copy_(out.episode_return)
-            ep_len_buf[t].copy_(out.episode_length)
-            next_obs.copy_(out.obs)
+            store.obs[t].copy_(store.next_obs)
+            action, logprob, value, out = act_and_step(store.next_obs)
+            for buf, value_t in ((store.actions, action), (store.logprobs, logprob), (store.values, value),
+                                 (store.rewards, out.reward), (store.terms, out.terminated), (store.truncs, out.truncated),
+                                 (store.final_obs, out.final_obs), (store.ep_ret, out.episode_return),
+                                 (store.ep_len, out.episode_length)):  # fmt: skip
+                buf[t].copy_(value_t)
+            store.next_obs.copy_(out.obs)
 
-    rollout_graph = None
-    if args.cuda_graphs:
-        # Warm-up runs step the environments; put them back so the graph starts where we are.
-        saved_env, saved_obs, saved_rng = envs.state_dict(), next_obs.clone(), rng_state(device)
-        rollout_graph = capture_cuda_graph(rollout, device)
-        envs.load_state_dict(saved_env)
-        next_obs.copy_(saved_obs)
-        set_rng_state(saved_rng, device)
+    rollout_graph = graph_of_rollout(rollout, envs, store, device) if args.cuda_graphs else None
 
-    def loss_fn(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values):
-        with autocast():
-            newlogprob, entropy, newvalue = agent.evaluate(mb_obs, mb_actions)
-        newlogprob, entropy, newvalue = newlogprob.float(), entropy.float(), newvalue.float()
-        if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-        pg_loss, approx_kl, clipfrac = clipped_policy_loss(newlogprob, mb_logprobs, mb_advantages, args.clip_coef)
-        v_loss = clipped_value_loss(newvalue, mb_values, mb_returns, args.clip_coef, args.clip_vloss)
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        return loss, torch.stack((pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)).detach()
-
-    if args.compile:
-        loss_fn = torch.compile(loss_fn)
-
-    params = list(agent.parameters())
-
-    def average_gradients():
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        comms.mean_(flat, "all_reduce of the gradients")
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-            offset += n
+    loss_fn = maybe_compile(functools.partial(ppo_loss, agent, args, autocast), args)
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    # Outputs (rank 0 only).
-    writer = None
-    if rank == 0:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        writer = outputs.make_writer(out_dir, purge_step=global_step if ckpt else None)
-        if ckpt is None:
-            writer.add_text(
-                "hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
-            )
-    progress = outputs.Progress(
-        args.total_timesteps, global_step, bar=args.progress, interval=args.progress_interval, quiet=rank != 0
-    )
-
     def save(iteration: int) -> None:
-        outputs.save_checkpoint(
-            ckpt_path,
-            {
-                "format": 1,
-                "args": dataclasses.asdict(args),
-                "iteration": iteration,
-                "global_step": global_step,
-                "agent": agent.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict() if scaler is not None else None,
-                "envs": envs.state_dict(),
-                "next_obs": next_obs.cpu(),
-                "rng": rng_state(device),
-                "episodes": {"steps": ep_steps, "returns": ep_returns, "lengths": ep_lengths},
-                "timing": timing,
-                "reached": reached,
-                "update_epochs": update_epochs,
-                "device": str(device),  # which device this rank ran on (each rank its own GPU)
-                "loss_scale": scaler.get_scale() if scaler is not None else None,
-            },
-        )
+        outputs.save_checkpoint(ckpt_path, checkpoint(args, state, iteration, agent, optimizer, scaler, envs, store, device))
 
+    writer = outputs.open_writer(out_dir, args, resumed_at=state.global_step if ckpt else None) if rank == 0 else None
+    progress = outputs.Progress(
+        args.total_timesteps, state.global_step, bar=args.progress, interval=args.progress_interval, quiet=rank != 0
+    )
+    timing = state.timing
     wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
-    t_loop = time.perf_counter()
-    last_ckpt = time.monotonic()
-    iteration = start_iteration - 1
-    for iteration in range(start_iteration, num_iterations + 1):
-        # Annealing the rate if instructed to do so.
+    t_loop, last_ckpt = time.perf_counter(), time.monotonic()
+    iteration = state.start_iteration - 1
+    for iteration in range(state.start_iteration, num_iterations + 1):
         if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate
 
         # --- rollout -----------------------------------------------------------------
         sync()
         t0 = time.perf_counter()
-        if rollout_graph is not None:
-            rollout_graph.replay()
-        else:
-            rollout()
+        rollout_graph.replay() if rollout_graph is not None else rollout()
         sync()
         timing["rollout"] += time.perf_counter() - t0
-        iter_start_step = global_step
-        global_step += global_batch
+        iter_start_step = state.global_step
+        state.global_step += global_batch
 
-        # Episodes that ended in this rollout: one read-back per iteration.
-        done_mask = ep_len_buf > 0
-        t_idx = done_mask.nonzero()[:, 0]
-        finished = torch.stack((t_idx.double(), ep_ret_buf[done_mask].double(), ep_len_buf[done_mask].double()), 1).cpu().tolist()
-        if world_size > 1:
-            gathered = comms.gather(finished, "all_gather_object of the finished episodes")
-            finished = [row for rows in gathered for row in rows]
+        # Episodes that ended in this rollout: one read-back per iteration, every rank's.
+        done = store.ep_len > 0
+        rows = torch.stack((done.nonzero()[:, 0].double(), store.ep_ret[done].double(), store.ep_len[done].double()), 1)
+        finished = [
+            row for rows_r in comms.gather(rows.cpu().tolist(), "all_gather_object of the finished episodes") for row in rows_r
+        ]
         for t, ret, length in finished:
-            ep_steps.append(iter_start_step + (int(t) + 1) * N * world_size)
-            ep_returns.append(ret)
-            ep_lengths.append(int(length))
+            state.ep_steps.append(iter_start_step + (int(t) + 1) * N * world_size)
+            state.ep_returns.append(ret)
+            state.ep_lengths.append(int(length))
             recent.append(ret)
 
         # --- advantages and update --------------------------------------------------------
         t0 = time.perf_counter()
         with torch.no_grad():
-            rewards = rewards_buf
+            rewards = store.rewards
             if args.bootstrap_truncation:
                 # A time-limit cut is not a failure: add gamma * V(final obs) to its reward.
-                cut = (truncs_buf & ~terms_buf).float()
+                cut = (store.truncs & ~store.terms).float()
                 with autocast():
-                    final_values = agent.value(final_obs_buf.reshape((-1,) + obs_shape)).float()
-                rewards = rewards_buf + args.gamma * final_values.view(T, N) * cut
+                    final_values = agent.value(store.final_obs.reshape((-1,) + obs_shape)).float()
+                rewards = store.rewards + args.gamma * final_values.view(T, N) * cut
             with autocast():
-                next_value = agent.value(next_obs).float()
-            dones = (terms_buf | truncs_buf).float()
-            advantages, returns = compute_gae(rewards, values_buf, dones, next_value, args.gamma, args.gae_lambda)
-
-        b_obs = obs_buf.reshape((-1,) + obs_shape)
-        b_actions = actions_buf.reshape((batch_size,) + actions_buf.shape[2:])
-        b_logprobs, b_advantages = logprobs_buf.reshape(-1), advantages.reshape(-1)
-        b_returns, b_values = returns.reshape(-1), values_buf.reshape(-1)
-
-        stats_sum = torch.zeros(5, device=device)
-        n_minibatches, epochs_run = 0, 0
-        for _epoch in range(args.update_epochs):
-            epochs_run += 1
-            # Shuffle once per epoch, then cut contiguous minibatches (one gather per tensor per epoch).
-            perm = torch.randperm(batch_size, device=device)
-            shuffled = [x[perm] for x in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)]
-            for start in range(0, batch_size, minibatch_size):
-                loss, stats = loss_fn(*(x[start : start + minibatch_size] for x in shuffled))
-                optimizer.zero_grad(set_to_none=True)
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-                if world_size > 1:
-                    # Scaled gradients are averaged first, then unscaled: every rank then sees
-                    # the same inf/NaN (GradScaler skips the step on all of them together)
-                    # and the loss scales stay equal.
-                    average_gradients()
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                stats_sum += stats
-                n_minibatches += 1
-            if args.target_kl is not None:
-                # Decided together: each rank's own KL differs, and a rank that stopped
-                # alone would leave the others waiting in their next all_reduce.
-                approx_kl = stats[3].clone()
-                comms.mean_(approx_kl, "all_reduce of the approximate KL (early stopping)")
-                if approx_kl.item() > args.target_kl:
-                    break
-        update_epochs.append(epochs_run)
+                next_value = agent.value(store.next_obs).float()
+            dones = (store.terms | store.truncs).float()
+            advantages, returns = compute_gae(rewards, store.values, dones, next_value, args.gamma, args.gae_lambda)
+        batch = [store.obs.reshape((-1,) + obs_shape), store.actions.reshape((N * T,) + store.actions.shape[2:]),
+                 store.logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1), store.values.reshape(-1)]  # fmt: skip
+        stats_sum, n_minibatches, epochs_run = ppo_update(args, batch, loss_fn, optimizer, scaler, params, comms)
+        state.update_epochs.append(epochs_run)
         sync()
         timing["update"] += time.perf_counter() - t0
 
@@ -782,44 +828,33 @@ def train(args: Args) -> dict:
         timing["wall"] = wall0 + time.perf_counter() - t_start
         timing["cpu"] = cpu0 + time.process_time() - cpu_start
         mean_recent = sum(recent) / len(recent) if recent else None
-        if (
-            reached["steps_to_target"] is None
-            and args.target_return is not None
-            and len(recent) == args.target_window
-            and mean_recent >= args.target_return
-        ):
-            reached = {
-                "steps_to_target": global_step,
+        if state.reached["steps_to_target"] is None and reached_target(args, recent, mean_recent):
+            state.reached = {
+                "steps_to_target": state.global_step,
                 "seconds_to_target": timing["wall"],
                 "cpu_seconds_to_target": timing["cpu"],
             }
             if rank == 0:
-                print(
-                    f"ppo_bench: target reached: mean return {mean_recent:.1f} >= {args.target_return:g} "
-                    f"over the last {args.target_window} episodes at step {global_step:,} "
-                    f"after {timing['wall']:.2f}s",
-                    flush=True,
-                )
-        sps = (global_step - (start_iteration - 1) * global_batch) / max(time.perf_counter() - t_loop, 1e-9)
-        progress.update(global_step, mean_recent, sps, timing["wall"])
+                print(f"ppo_bench: target reached: mean return {mean_recent:.1f} >= {args.target_return:g} over the last "
+                      f"{args.target_window} episodes at step {state.global_step:,} after {timing['wall']:.2f}s", flush=True)  # fmt: skip
+        sps = (state.global_step - (state.start_iteration - 1) * global_batch) / max(time.perf_counter() - t_loop, 1e-9)
+        progress.update(state.global_step, mean_recent, sps, timing["wall"])
         if writer is not None:
             metrics = (stats_sum / max(n_minibatches, 1)).tolist()
-            y_true, y_pred = b_returns, b_values
-            var_y = y_true.var()
-            explained_var = (1 - (y_true - y_pred).var() / var_y).item() if var_y > 0 else float("nan")
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            if mean_recent is not None:
-                writer.add_scalar("charts/episodic_return", mean_recent, global_step)
-            if finished:
-                writer.add_scalar("charts/episodic_return_iteration", sum(r[1] for r in finished) / len(finished), global_step)
-                writer.add_scalar("charts/episodic_length", sum(r[2] for r in finished) / len(finished), global_step)
-            for name, value in zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), metrics, strict=True):
-                writer.add_scalar(f"losses/{name}", value, global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
+            log_iteration(
+                writer,
+                state.global_step,
+                optimizer.param_groups[0]["lr"],
+                mean_recent,
+                finished,
+                metrics,
+                batch[4],
+                batch[5],
+                sps,
+            )
 
-        stop = args.stop_at_target and reached["steps_to_target"] is not None
-        sliced = args.stop_after_iterations and iteration - start_iteration + 1 >= args.stop_after_iterations
+        stop = args.stop_at_target and state.reached["steps_to_target"] is not None
+        sliced = args.stop_after_iterations and iteration - state.start_iteration + 1 >= args.stop_after_iterations
         if stop or sliced or iteration == num_iterations:
             break
         if args.checkpoint_every and time.monotonic() - last_ckpt >= args.checkpoint_every:
@@ -830,55 +865,25 @@ def train(args: Args) -> dict:
     save(iteration)
     envs.close()
     comms.barrier("the barrier after the last checkpoint")
-
-    total_wall = time.perf_counter() - t_start
-    window = ep_returns[-args.target_window :]
-    steps_run = global_step  # over all invocations of this run
-    result = {
-        "solved": reached["steps_to_target"] is not None,
-        "target_return": args.target_return,
-        "target_window": args.target_window,
-        "final_mean_return": sum(window) / len(window) if window else None,
-        "episodes": len(ep_returns),
-        "steps_to_target": reached["steps_to_target"],
-        "seconds_to_target": reached["seconds_to_target"],
-        "cpu_seconds_to_target": reached["cpu_seconds_to_target"],
-        "wall_seconds": timing["wall"],
-        "process_wall_seconds": total_wall,
-        "cpu_seconds": timing["cpu"],
-        "sps_end_to_end": steps_run / max(timing["wall"], 1e-9),
-        "sps_rollout": steps_run / max(timing["rollout"], 1e-9),
-        "sps_update": steps_run / max(timing["update"], 1e-9),
-        "total_env_steps": global_step,
-        "iterations": iteration,
-        "finished": iteration >= num_iterations or reached["steps_to_target"] is not None,
-        "seed": args.seed,
-        "backend": args.backend,
-        "env_id": args.env_id,
-        "num_envs": args.num_envs,
-        "num_envs_total": args.num_envs * world_size,
-        "world_size": world_size,
-        "torch_threads": torch.get_num_threads(),
-        "resumed": ckpt is not None,
-        **device_facts(device),
-        "versions": outputs.versions(),
-        "args": dataclasses.asdict(args),
-    }
+    result = result_record(args, state, iteration, num_iterations, world_size, device, resumed=ckpt is not None)
+    result["process_wall_seconds"] = time.perf_counter() - t_start
     if rank == 0:
-        writer.close()
-        outputs.plot_learning_curve(
-            out_dir / "learning_curve.png",
-            ep_steps,
-            ep_returns,
-            args.target_window,
-            args.target_return,
-            reached["steps_to_target"],
-            title=f"PPO {args.env_id} ({args.backend} backend, {result['device']}, seed {args.seed})",
-        )
-        outputs.write_json(out_dir / "result.json", result)
+        outputs.finish(writer, out_dir, args, state.ep_steps, state.ep_returns, state.reached, result)
     comms.barrier("the barrier after the result")
     comms.close()
     return result
+
+
+def reached_target(args: Args, recent: deque, mean_recent: float | None) -> bool:
+    return args.target_return is not None and len(recent) == args.target_window and mean_recent >= args.target_return
+
+
+def load_for_resume(args: Args, ckpt_path: Path) -> dict:
+    if not ckpt_path.exists():
+        raise ConfigError(f"--resume: no checkpoint at {ckpt_path}; start without --resume")
+    ckpt = outputs.load_checkpoint(ckpt_path)
+    _check_resume_args(ckpt["args"], args)
+    return ckpt
 
 
 def _check_resume_args(saved: dict, args: Args) -> None:

@@ -321,3 +321,29 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     assert took < 90, took
     lines = [ln for ln in err.splitlines() if ln.startswith("ppo_bench: error: rank 0 of 2:")]
     assert len(lines) == 1 and "did not complete within 10 s" in lines[0], err[-3000:]
+
+
+# Results pinned bit for bit (weights, every episode return, the epochs each update ran), recorded
+# on the host's torch before train() was cut into parts; a refactor that changes a single float fails.
+PINNED_TORCH = "2.13.0"
+PINNED = [
+    (dict(seed=3, num_envs=32, num_steps=16, total_timesteps=32 * 16 * 12), "835818b40cfb4e48"),
+    (dict(seed=3, num_envs=32, num_steps=16, total_timesteps=32 * 16 * 12, target_kl=0.001, amp="bf16"), "dbbd8de3c7bf14a5"),
+    (dict(backend="gymnasium", seed=2, num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6), "babb869bd15038dd"),
+]
+
+
+@pytest.mark.skipif(torch.__version__.split("+")[0] != PINNED_TORCH, reason=f"digests recorded with torch {PINNED_TORCH}")
+@pytest.mark.parametrize(("config", "digest"), PINNED, ids=["torch", "torch-kl-bf16", "gymnasium"])
+def test_results_are_the_same_bit_for_bit(tmp_path, config, digest):
+    import hashlib
+
+    train(Args(out_dir=str(tmp_path), progress=False, threads=1, checkpoint_every=0, **config))
+    saved = checkpoint(tmp_path / "checkpoint.pt")
+    h = hashlib.sha256()
+    for key, value in sorted(saved["agent"].items()):
+        h.update(key.encode())
+        h.update(value.numpy().tobytes())
+    h.update(repr(saved["episodes"]["returns"]).encode())
+    h.update(repr(saved["update_epochs"]).encode())
+    assert h.hexdigest()[:16] == digest
