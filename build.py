@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pipeline.errors import EXIT_CODES, PipelineError, UsageError
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
+from smoke.rules import carried_text
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
 
@@ -109,6 +110,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
     parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
     parser.add_argument("--json", action="store_true", help="with list: print the matrix as JSON (what CI's workflows read)")
+    parser.add_argument("--default", action="store_true", help="with list: print the default variant's name (what scripts build)")
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -117,9 +119,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def carried_advisories(matrix) -> dict[str, dict]:
     """Per variant: the known high/critical advisories its pins carry (the snapshot and allowlist's view)."""
-    from pipeline.render import advisories_section
+    from pipeline.render import AdvisoryInputs, advisories_section
 
-    return {v.name: advisories_section(v) for v in matrix.variants}
+    inputs = AdvisoryInputs.load()
+    return {v.name: advisories_section(v, inputs) for v in matrix.variants}
 
 
 def variant_table_markdown(matrix) -> str:
@@ -132,10 +135,8 @@ def variant_table_markdown(matrix) -> str:
     ]
     for v in matrix.variants:
         name = f"**{v.name}** (default)" if v.is_default else v.name
-        ids = ", ".join(row["id"] for row in carried[v.name]["carried"])
-        advisories = carried[v.name]["summary"] + (f": {ids}" if ids else "")
         rows.append(
-            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {advisories} "
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {carried_text(carried[v.name])} "
             f"| {v.index} | {v.note} |"
         )
     return "\n".join(rows)
@@ -151,7 +152,10 @@ def matrix_json(matrix) -> str:
     )
 
 
-def cmd_list(matrix, markdown: bool = False, as_json: bool = False) -> int:
+def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False) -> int:
+    if default:  # what scripts build by default: Dockerfile.<this>, images/expect/<this>.json
+        print(next(v.name for v in matrix.variants if v.is_default))
+        return 0
     if as_json:
         print(matrix_json(matrix))
         return 0
@@ -165,8 +169,7 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False) -> int:
         print(
             f"{v.name + star:11} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
-        ids = ", ".join(row["id"] for row in carried[v.name]["carried"])
-        print(f"{'':11} advisories: {carried[v.name]['summary']}{': ' + ids if ids else ''}")
+        print(f"{'':11} advisories: {carried_text(carried[v.name])}")
         if v.note:
             print(f"{'':11} note: {v.note}")
     first = next(iter(carried.values()))
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
-            return cmd_list(matrix, args.markdown, args.json)
+            return cmd_list(matrix, args.markdown, args.json, args.default)
         if args.command == "report":
             from pipeline.html_report import write_index
 

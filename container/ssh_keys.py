@@ -22,7 +22,8 @@ from pathlib import Path
 HEADER = (
     "# Written by start.sh from PUBLIC_KEY / PUBLIC_KEY_FILE at every start; edits are lost. Mount your own file here instead."
 )
-KEY_FORMAT = "expected one 'TYPE BASE64 [comment]' line per key, as in ~/.ssh/id_ed25519.pub"
+KEY_LINE = "expected one 'TYPE BASE64 [comment]' line per key"
+KEY_FORMAT = f"{KEY_LINE}, as in ~/.ssh/id_ed25519.pub"
 
 
 def is_valid(path: Path) -> bool:
@@ -95,7 +96,7 @@ def install(ssh_home: Path, env: dict[str, str], uid: int) -> tuple[bool, list[s
         if bad:
             return False, [f"SSH: off: {';'.join(bad)}; {expected}."]
         if own:
-            return False, [f"SSH: off: ~/.ssh/authorized_keys holds no valid public key; {KEY_FORMAT.split(', as in')[0]}."]
+            return False, [f"SSH: off: ~/.ssh/authorized_keys holds no valid public key; {KEY_LINE}."]
         return False, ["SSH: off (no key given: set PUBLIC_KEY or PUBLIC_KEY_FILE, or mount ~/.ssh/authorized_keys)."]
     lines = [f"SSH: ignored: {';'.join(bad)}; {expected}."] if bad else []
     # sshd's StrictModes ignores a key file that others may write or that belongs to someone else.

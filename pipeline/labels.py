@@ -3,8 +3,9 @@
 The build sets the static labels (versions, OCI title/description/licenses) and
 the per-build ones (source, revision, created). After validation passed, `stamp`
 adds what only validation knows (result, report digest, version tag, GPU or not,
-the release's PPO figures, also as PROVEN_TORCH_RELEASE for `proof`) in a config-only image: FROM the validated image, LABEL, no RUN, so its
-layers are the validated image's layers, which `stamp` checks.
+the accepted advisories, the release's PPO figures, also as PROVEN_TORCH_RELEASE
+for `proof`) in a config-only image: FROM the validated image, LABEL and ENV, no
+RUN, so its layers are the validated image's layers, which `stamp` checks.
 """
 
 from __future__ import annotations

@@ -59,8 +59,7 @@ def lock_dir(variant: Variant, root: Path = LOCK_ROOT) -> Path:
 
 
 def requirements_in(variant: Variant) -> str:
-    pins = [("torch", variant.torch), ("torchvision", variant.torchvision), ("torchaudio", variant.torchaudio)]
-    return "".join(f"{name}=={version}\n" for name, version in [*pins, *variant.packages])
+    return "".join(f"{name}=={version}\n" for name, version in variant.pins())
 
 
 def _index_args(variant: Variant) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.lock import LAYERS, is_locked, lock_dir
@@ -88,14 +89,28 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
     return root / "images" / "expect" / f"{variant.name}.json"
 
 
-def advisories_section(variant: Variant) -> dict:
-    """The known high and critical advisories the line's pins carry, by the committed snapshot and allowlist."""
-    from pipeline.validation import advisories, audit
+@dataclass(frozen=True)
+class AdvisoryInputs:
+    """The committed advisory snapshot and allowlist, read once for all the variants rendered."""
 
-    database = advisories.load_snapshot()
+    database: object
+    allowlist: list
+
+    @classmethod
+    def load(cls) -> AdvisoryInputs:
+        from pipeline.validation import advisories, audit
+
+        return cls(advisories.load_snapshot(), audit.load_allowlist())
+
+
+def advisories_section(variant: Variant, inputs: AdvisoryInputs) -> dict:
+    """The known high and critical advisories the line's pins carry, by the committed snapshot and allowlist."""
+    from pipeline.validation import audit
+
+    database = inputs.database
     # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
     # so the rendered file does not change with the date (the build's audit applies it).
-    rows = audit.carried(variant, database.records, audit.load_allowlist(), today=dt.date.min)
+    rows = audit.carried(variant, database.records, inputs.allowlist, today=dt.date.min)
     keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires")
     return {
         "database": database.source,
@@ -105,15 +120,15 @@ def advisories_section(variant: Variant) -> dict:
     }
 
 
-def render_spec(variant: Variant) -> str:
-    return json.dumps({**variant.spec(), "advisories": advisories_section(variant)}, indent=2, sort_keys=True) + "\n"
+def render_spec(variant: Variant, inputs: AdvisoryInputs) -> str:
+    return json.dumps({**variant.spec(), "advisories": advisories_section(variant, inputs)}, indent=2, sort_keys=True) + "\n"
 
 
-def rendered_files(matrix: Matrix, variant: Variant) -> dict[Path, str]:
+def rendered_files(matrix: Matrix, variant: Variant, inputs: AdvisoryInputs) -> dict[Path, str]:
     """Every file `render` writes for a variant, relative to the repository root: its Dockerfile and its spec."""
     return {
         dockerfile_path(variant, Path()): render(matrix, variant),
-        spec_path(variant, Path()): render_spec(variant),
+        spec_path(variant, Path()): render_spec(variant, inputs),
     }
 
 
@@ -128,7 +143,6 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
         "PYTHON": variant.python,
         "CUDA": variant.cuda,
         "CUDA_MAJOR": variant.cuda.split(".")[0],
-        "MIN_DRIVER": variant.min_driver,
         "CUDNN": str(variant.cudnn),
         "TORCH": variant.torch,
         "TORCHVISION": variant.torchvision,
@@ -152,9 +166,9 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
 
 def render_all(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
     """Write every variant's Dockerfile and spec; return the paths written."""
-    written = []
+    written, inputs = [], AdvisoryInputs.load()
     for variant in matrix.variants:
-        for rel, text in rendered_files(matrix, variant).items():
+        for rel, text in rendered_files(matrix, variant, inputs).items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -164,9 +178,9 @@ def render_all(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
 
 def stale_files(matrix: Matrix, root: Path = REPO_ROOT, variants: list[Variant] | None = None) -> list[Path]:
     """The committed generated files that differ from a fresh render (or are missing)."""
-    stale = []
+    stale, inputs = [], AdvisoryInputs.load()
     for variant in variants or matrix.variants:
-        for rel, text in rendered_files(matrix, variant).items():
+        for rel, text in rendered_files(matrix, variant, inputs).items():
             path = root / rel
             if not path.exists() or path.read_text() != text:
                 stale.append(path)

@@ -124,7 +124,7 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
         f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING
     )
     image_labels = {
-        f"{labels.PREFIX}advisories": (accepted or "none known") + f" (PyPA data as of {validation.audit.get('as_of')})",
+        f"{labels.PREFIX}advisories": (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",
         "org.opencontainers.image.version": immutable,
         f"{labels.PREFIX}validation": "passed",
         f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),

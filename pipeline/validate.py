@@ -12,6 +12,7 @@ stages read the image from outside or run the image's own tools
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
 from pipeline.variants import Variant
+from smoke.expect import BAKED_SPEC
 
 PROOF_TIMEOUT_S = 2400
 OUT = "/tmp/validation"
@@ -110,7 +112,7 @@ class Validation:
 # --------------------------------------------------------------------------- stages
 
 
-SPEC_IN_IMAGE = "/opt/proven-torch/expect.json"
+SPEC_IN_IMAGE = str(BAKED_SPEC)
 
 
 def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
@@ -171,9 +173,9 @@ def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, name, req.variant.base_suite, req.out_dir)
     database = advisory_db.load(req.advisories) if req.advisories else advisory_db.load_snapshot()
     found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
-    result = found.audit
+    result, word = found.audit, audit.word(found.audit)
     print(
-        f"==> audit: {warn(audit.word(result)) if audit.word(result) != 'pass' else 'pass'} "
+        f"==> audit: {word if word == 'pass' else warn(word)} "
         f"({len(result['findings'])} finding(s), {len(result['allowed'])} accepted) "
         f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}",
         flush=True,
@@ -201,8 +203,6 @@ def sbom_and_audit(req: Request, found: Findings) -> list[str]:
 
 def warn(text: str) -> str:
     """`text` in a warning's colour (yellow) on a terminal; plain in logs and pipes."""
-    import sys
-
     return f"\033[33m{text}\033[0m" if sys.stdout.isatty() else text
 
 

@@ -81,6 +81,10 @@ class Variant:
     def torch_minor(self) -> str:
         return ".".join(self.torch.split(".")[:2])
 
+    def pins(self) -> list[tuple[str, str]]:
+        """Every Python package the line pins: torch, torchvision, torchaudio, then [packages]."""
+        return [("torch", self.torch), ("torchvision", self.torchvision), ("torchaudio", self.torchaudio), *self.packages]
+
     @property
     def uses_pypi(self) -> bool:
         return "pypi.org" in self.index

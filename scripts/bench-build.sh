@@ -13,6 +13,7 @@ REGISTRY=${REGISTRY:-localhost:5000}
 CA=${BUILD_CA_CERT:-/etc/ssl/certs/ca-certificates.crt}
 OUT=docs/evidence/build-benchmark.json
 DOCKER=/usr/bin/docker
+DOCKERFILE="Dockerfile.$($PY build.py list --default)"
 export DOCKER_BUILDKIT=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -23,7 +24,7 @@ step() { echo "bench-build: $*" >&2; }
 
 $DOCKER builder prune -af >/dev/null
 t0=$(now)
-$DOCKER build -q "${secret[@]}" -f Dockerfile.2.9-cu128 --iidfile "$work/iid1" . >/dev/null
+$DOCKER build -q "${secret[@]}" -f "$DOCKERFILE" --iidfile "$work/iid1" . >/dev/null
 t1=$(now)
 step "cold build: $(awk "BEGIN{print $t1 - $t0}") s"
 iid1=$(cat "$work/iid1")
@@ -40,10 +41,10 @@ compressed=$(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.
 # One-line change in smoke/, in a copy of the context so the checkout stays clean.
 mkdir -p "$work/ctx/images"
 cp -r container smoke ppo_bench .dockerignore "$work/ctx/"
-cp -r images/locks "$work/ctx/images/"
+cp -r images/locks images/expect "$work/ctx/images/"
 echo "# bench $(date +%s)" >>"$work/ctx/smoke/__init__.py"
 t4=$(now)
-$DOCKER build -q "${secret[@]}" -f Dockerfile.2.9-cu128 --iidfile "$work/iid2" "$work/ctx" >/dev/null
+$DOCKER build -q "${secret[@]}" -f "$DOCKERFILE" --iidfile "$work/iid2" "$work/ctx" >/dev/null
 t5=$(now)
 iid2=$(cat "$work/iid2")
 $DOCKER tag "$iid2" "$REGISTRY/proven-torch-bench:changed"

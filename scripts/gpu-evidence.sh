@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 PY=${PYTHON:-python3}
 CPU_ONLY=${GPU_EVIDENCE_CPU:-0}
-SPEC=$("$PY" -c 'import tomllib; m = tomllib.load(open("images/variants.toml", "rb")); d = m["project"]["default_cuda"]; print(next(f"images/expect/{k}.json" for k, v in m["variants"].items() if v["cuda"] == d))')
+SPEC="images/expect/$("$PY" build.py list --default).json"
 GPU_NAME=$("$PY" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no-GPU")' 2>/dev/null || echo unknown)
 SLUG=$(printf '%s' "$GPU_NAME" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//')
 OUT=${1:-docs/evidence/$(date -u +%Y-%m-%d)-$SLUG}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smoke import rules
+from smoke.expect import BAKED_SPEC
 
 DIST_TIMEOUT_S = 120.0
 STDERR_TAIL = 1500
@@ -302,14 +303,17 @@ def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: st
         return Finished(None, out, err)
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+def package_env() -> dict[str, str]:
+    """This environment, with this project's packages importable by a child Python (torchrun workers, ppo_bench)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
 
 
 def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -> Outcome:
     """all_reduce/broadcast/all_gather over `backend` with `nproc` ranks, launched by torchrun."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
+    env = package_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     if backend == "gloo":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # containers without a resolvable hostname
@@ -396,7 +400,7 @@ def compile_prerequisites(device: str) -> str | None:
             "(Docker's --tmpfs /tmp is); mount it with exec (--tmpfs /tmp:exec, a Kubernetes emptyDir is fine) "
             "or set TORCHINDUCTOR_CACHE_DIR to a writable folder that allows exec"
         )
-    in_image = Path("/opt/proven-torch/expect.json").is_file()
+    in_image = BAKED_SPEC.is_file()
     fix = "the image is supposed to ship it: rebuild the image" if in_image else "install it"
     if find_compiler(device) is None:
         need = (

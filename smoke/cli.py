@@ -66,17 +66,18 @@ def add_expect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-gpu", action="store_true", help="GPU checks that cannot run fail instead of skip")
 
 
-def resolve_expect(args: argparse.Namespace, torch_module=None) -> dict:
-    """The expectations the arguments ask for (UsageError when there are none)."""
+def resolve_expect(args: argparse.Namespace, spec: dict | None = None) -> dict:
+    """The expectations the arguments ask for: --expect, --as-installed, else the spec's
+    (`spec`, or the image's own); UsageError when there are none."""
     if args.expect is not None:
         return load_expect(args.expect)
     if args.as_installed:
-        if torch_module is None:
-            import torch as torch_module
+        import torch
+
         from smoke import facts as facts_mod
 
-        return expect_from_facts(facts_mod.collect(torch_module), variant="as installed")
-    return load_spec()["expect"]
+        return expect_from_facts(facts_mod.collect(torch), variant="as installed")
+    return (spec or load_spec())["expect"]
 
 
 def _row(name: str, status: str, seconds: str, detail: str) -> str:
@@ -123,13 +124,18 @@ def run_checks(
 
 def verdict(records: list[dict]) -> bool:
     """OK when nothing failed and no required check was skipped."""
-    return all(r["status"] != "fail" and (r["status"] == "pass" or not r["required"]) for r in records)
+    return not failed_checks(records)
+
+
+def failed_checks(records: list[dict]) -> list[str]:
+    """The checks that failed, or were skipped though required."""
+    return [r["name"] for r in records if r["status"] == "fail" or (r["status"] == "skip" and r["required"])]
 
 
 def summary_line(records: list[dict], ok: bool, seconds: float) -> str:
     counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "fail", "skip")}
     line = f"smoke: {'OK' if ok else 'FAILED'} - {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped in {seconds:.1f} s"
-    failed = [r["name"] for r in records if r["status"] == "fail" or (r["status"] == "skip" and r["required"])]
+    failed = failed_checks(records)
     if failed:
         line += f" (failed: {', '.join(failed)})"
     elif counts["skip"]:

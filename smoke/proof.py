@@ -82,7 +82,7 @@ def where(smoke_facts: dict, host_cpu: str) -> dict:
     }
 
 
-def verdict_line(ok: bool, place: dict, failures: list[str], require_gpu: bool) -> str:
+def verdict_line(ok: bool, place: dict, failures: list[str]) -> str:
     """The one line that says what was proven where (or what failed)."""
     if not ok:
         return "proof: FAILED: " + "; ".join(failures)
@@ -92,7 +92,8 @@ def verdict_line(ok: bool, place: dict, failures: list[str], require_gpu: bool) 
             f"proof: PROVEN on {', '.join(place['gpu_names'])}, driver {place['driver'] or 'unknown'}, "
             f"{count} GPU{'s' if count != 1 else ''}"
         )
-    return f"proof: PROVEN on the CPU only ({place['cpu']}): GPU checks not run{'' if require_gpu else ' (no GPU visible)'}"
+    # (--require-gpu without a usable GPU ended the proof before: a CPU-only proof had none visible)
+    return f"proof: PROVEN on the CPU only ({place['cpu']}): GPU checks not run (no GPU visible)"
 
 
 def release_comparison(release: dict | None, runs: dict[str, dict]) -> dict | None:
@@ -190,9 +191,9 @@ def load_release() -> dict | None:
 
 def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  | ") -> int | None:
     """Run `cmd`, copying its output line by line; None when killed at the deadline."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.checks.package_env(), errors="replace"
+    )
     killed = threading.Event()
 
     def kill() -> None:
@@ -226,15 +227,10 @@ def run_gate(gate: dict, device: str, out_dir: Path, timeout: float, out: TextIO
     return result, code
 
 
-def write_json(path: Path, payload: dict) -> None:
-    cli.write_json(path, payload)
-
-
 def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     """The proof; returns (exit code, proof record)."""
     started = time.monotonic()
     spec = load_spec(args.spec)
-    expect = None if args.as_installed else (cli.load_expect(args.expect) if args.expect else spec["expect"])
     gate = spec["ppo_gate"]
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="proof-"))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -253,37 +249,34 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     ]:
         print(line, file=out, flush=True)
 
+    def stopped(code: int, failure: str, verdict: str | None = None) -> tuple[int, dict]:
+        return code, {**record, "failures": [failure], "verdict": verdict or f"proof: FAILED: {failure}"}
+
     try:
         import torch
     except Exception as err:  # an image whose torch is broken or missing: a failed proof, said in one line
-        record["failures"] = [f"torch does not import: {type(err).__name__}: {err}"]
-        record["verdict"] = f"proof: FAILED: {record['failures'][0]}"
-        return EXIT_FAILED, record
+        return stopped(EXIT_FAILED, f"torch does not import: {type(err).__name__}: {err}")
 
-    expect = expect or cli.resolve_expect(args, torch)
-    record["expect"] = expect
+    expect = record["expect"] = cli.resolve_expect(args, spec)
     # The driver before any CUDA call: a too-old driver gets one line that names
     # the driver needed, instead of a failure deep inside torch.
     driver, _source = facts.driver_version()
     if driver:
         floor = rules.driver_status(driver, expect.get("min_driver"), expect.get("cuda"), expect.get("driver_lines"))
         if floor.status == "fail":
-            record["failures"] = [floor.message]
-            record["verdict"] = f"proof: FAILED: {floor.message}"
-            return EXIT_FAILED, record
+            return stopped(EXIT_FAILED, floor.message)
     if args.require_gpu and not torch.cuda.is_available():
         reason = cli.checks.Context(expect=expect, require_gpu=True, facts=facts.collect(torch)).no_gpu_reason()
-        record["failures"] = [f"--require-gpu: no usable GPU: {reason}"]
-        record["verdict"] = f"proof: no usable GPU, and --require-gpu was given: {reason}"
-        return EXIT_NO_GPU, record
+        return stopped(
+            EXIT_NO_GPU, f"--require-gpu: no usable GPU: {reason}", f"proof: no usable GPU, and --require-gpu was given: {reason}"
+        )
 
     smoke = cli.run_suite(expect, args.require_gpu, out, out_dir / "smoke.json")
     place = where(smoke["facts"], host_cpu())
     record.update(smoke=smoke, where=place, gpu=place["gpu"])
     failures = []
     if not smoke["ok"]:
-        bad = [c["name"] for c in smoke["checks"] if c["status"] == "fail" or (c["status"] == "skip" and c["required"])]
-        failures.append(f"smoke check(s) failed: {', '.join(bad) or 'incomplete'}")
+        failures.append(f"smoke check(s) failed: {', '.join(cli.failed_checks(smoke['checks'])) or 'incomplete'}")
 
     runs: dict[str, dict] = {}
     if not failures:
@@ -307,7 +300,7 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     if record.get("gpu_cpu_sps_ratio"):
         print(f"GPU/CPU steps/s ratio of the gate: {record['gpu_cpu_sps_ratio']:.2f}x", file=out, flush=True)
     record.update(ok=not failures, failures=failures, seconds=round(time.monotonic() - started, 1), out=str(out_dir))
-    record["verdict"] = verdict_line(not failures, place, failures, args.require_gpu)
+    record["verdict"] = verdict_line(not failures, place, failures)
     return (EXIT_PROVEN if not failures else EXIT_FAILED), record
 
 
@@ -327,7 +320,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         problem = f"proof crashed: {type(err).__name__}: {err}".splitlines()[0][:300]
         code, record = EXIT_FAILED, {"schema": SCHEMA, "ok": False, "failures": [problem], "verdict": f"proof: FAILED: {problem}"}
     if args.out:
-        write_json(args.out / "proof.json", record)
+        cli.write_json(args.out / "proof.json", record)
     stream = out if code == EXIT_PROVEN else sys.stderr
     print(record["verdict"], file=stream, flush=True)
     if args.out:

@@ -426,15 +426,20 @@ def data_age(as_of: str | None, today) -> str:
     return f"as of {as_of}, {days} days old" + (": stale" if days > STALE_AFTER_DAYS else "")
 
 
+def carried_text(section: dict) -> str:
+    """'2 high (accepted): PYSEC-..., PYSEC-...' or 'none known': what a line carries, in words."""
+    ids = ", ".join(row["id"] for row in section.get("carried", []))
+    return section.get("summary", "?") + (f": {ids}" if ids else "")
+
+
 def advisory_summary(section: dict | None, today) -> str:
     """One line: what the image's line carries, by the snapshot it was built against."""
     if not section:
         return "Advisories: not recorded in this image"
-    ids = ", ".join(row["id"] for row in section.get("carried", []))
-    line = f"Advisories: {section.get('summary', '?')}{': ' + ids if ids else ''} (PyPA data {data_age(section.get('as_of'), today)})"
+    line = f"Advisories: {carried_text(section)} (PyPA data {data_age(section.get('as_of'), today)})"
     if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
         line += "; CRITICAL: never load a checkpoint you did not make with this image"
-    elif ids:
+    elif section.get("carried"):
         line += "; load checkpoints and pt2 archives only from sources you trust"
     return line
 

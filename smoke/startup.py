@@ -2,7 +2,8 @@
 
 Informational only: never exits non-zero, and fast (it does not import torch;
 the driver and GPUs come from NVML, torch's CUDA line from torch/version.py).
-The minimum driver comes from --min-driver or PROVEN_TORCH_MIN_DRIVER.
+The minimum driver comes from --min-driver, else from the image's spec
+(/opt/proven-torch/expect.json), which also says what advisories the line carries.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def report(
     shm: int | None,
     torch_info: tuple,
     advisories: dict | None = None,
+    driver_lines: dict[str, str] | None = None,
 ) -> list[str]:
     """The start-up lines, from given facts (pure, so tests feed any machine)."""
     version, cuda = torch_info
@@ -58,7 +60,7 @@ def report(
     else:
         lines.append("GPUs: none visible; start the container with --gpus all (NVIDIA Container Toolkit) to use them")
     if driver:
-        verdict = rules.driver_status(driver, min_driver, cuda)
+        verdict = rules.driver_status(driver, min_driver, cuda, driver_lines)
         prefix = "Driver: " if verdict.status == "pass" else "Driver: WARNING: "
         lines.append(prefix + verdict.message)
     warning = rules.shm_advice(shm)
@@ -70,24 +72,26 @@ def report(
     return lines
 
 
-def baked_advisories() -> dict | None:
-    """The advisories the image's spec says its line carries; None outside an image."""
+def baked_spec() -> dict:
+    """The image's spec ({} outside an image): its pins, driver floors and carried advisories."""
     import json
 
     from smoke.expect import spec_path
 
     try:
-        return json.loads(spec_path().read_text()).get("advisories")
+        return json.loads(spec_path().read_text())
     except (OSError, ValueError):
-        return None
+        return {}
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         parser = argparse.ArgumentParser(prog="python -m smoke.startup", description=__doc__.splitlines()[0])
-        parser.add_argument("--min-driver", default=os.environ.get("PROVEN_TORCH_MIN_DRIVER") or None)
+        parser.add_argument("--min-driver", help="the oldest driver the image runs on (default: the image's spec)")
         args, _unknown = parser.parse_known_args(argv)
+        spec = baked_spec()
+        expect = spec.get("expect") or {}
         nvml = facts.nvml_info()
         proc_driver = None
         if not nvml:
@@ -95,7 +99,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                 proc_driver = facts.parse_proc_driver_version(facts.PROC_DRIVER_VERSION.read_text())
             except OSError:
                 pass
-        lines = report(args.min_driver, nvml, proc_driver, facts.shm_bytes(), torch_build(), baked_advisories())
+        lines = report(
+            args.min_driver or expect.get("min_driver"), nvml, proc_driver, facts.shm_bytes(), torch_build(),
+            spec.get("advisories"), expect.get("driver_lines"),
+        )  # fmt: skip
     except SystemExit:  # --help
         return 0
     except Exception as err:  # informational: say what went wrong, never stop the container

@@ -43,10 +43,7 @@ class Allowed:
     fixed: str = ""  # the first release without it
 
     def covers(self, ids: set[str], package: str, version: str) -> bool:
-        return self.id in ids and self.package == _norm(package) and (not self.versions or version in self.versions)
-
-
-_norm = normalize_name  # PEP 503, the one the smoke checks use
+        return self.id in ids and self.package == normalize_name(package) and (not self.versions or version in self.versions)
 
 
 def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) -> list[Allowed]:
@@ -57,7 +54,7 @@ def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) ->
         data = tomllib.loads(path.read_text())
         entries = [
             Allowed(
-                id=e["id"], package=_norm(e["package"]), reason=e["reason"], expires=e["expires"],
+                id=e["id"], package=normalize_name(e["package"]), reason=e["reason"], expires=e["expires"],
                 versions=tuple(e.get("versions", ())), affects=e.get("affects", ""), fixed=e.get("fixed", ""),
             )
             for e in data.get("allow", [])
@@ -158,7 +155,7 @@ def matches(record: dict, name: str, version: str) -> bool:
         return False
     for affected in record.get("affected", []):
         pkg = affected.get("package", {})
-        if pkg.get("ecosystem") != "PyPI" or _norm(pkg.get("name", "")) != _norm(name):
+        if pkg.get("ecosystem") != "PyPI" or normalize_name(pkg.get("name", "")) != normalize_name(name):
             continue
         if version in affected.get("versions", []):
             return True
@@ -248,15 +245,9 @@ def word(result: dict) -> str:
     return "stale" if result.get("stale") else "pass"
 
 
-def line_packages(variant) -> list[dict]:
-    """The packages a variant pins (torch, torchvision, torchaudio and [packages]), as the audit reads them."""
-    pins = [("torch", variant.torch), ("torchvision", variant.torchvision), ("torchaudio", variant.torchaudio), *variant.packages]
-    return [{"name": name, "version": version} for name, version in pins]
-
-
 def carried(variant, records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> list[dict]:
     """The known HIGH/CRITICAL advisories a line carries in its pins, each marked accepted or not."""
-    result = audit(line_packages(variant), records, allowlist, today)
+    result = audit([{"name": name, "version": version} for name, version in variant.pins()], records, allowlist, today)
     rows = [{**f, "accepted": True} for f in result["allowed"]] + [{**f, "accepted": False} for f in result["findings"]]
     order = {"CRITICAL": 0, "HIGH": 1, "UNKNOWN": 2}
     return sorted((r for r in rows if r["severity"] in FAILING), key=lambda r: (order[r["severity"]], r["id"]))

@@ -25,6 +25,16 @@ REGISTRY = os.environ.get("TEST_REGISTRY", "localhost:5000")
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
+def registry_manifest(ref: str):
+    """GET the manifest of REGISTRY/REPO:TAG from the test registry, as a client pulling it would."""
+    import requests
+
+    from pipeline.push import MANIFEST_TYPES
+
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    return requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
+
+
 def ca_cert() -> Path | None:
     if os.environ.get("BUILD_CA_CERT"):
         return Path(os.environ["BUILD_CA_CERT"])

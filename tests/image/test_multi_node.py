@@ -9,13 +9,13 @@ collective that did not complete.
 from __future__ import annotations
 
 import io
-import tarfile
 import time
 import uuid
 
 import pytest
 import torch
 
+from pipeline.containers import fetch_dir
 from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
@@ -50,12 +50,6 @@ def start_nodes(docker, image, network: str, job: str, *worker: str) -> list[Tra
     return nodes
 
 
-def read_out(node: TrackedContainer, path: str = "/tmp/out") -> dict[str, bytes]:
-    stream, _ = node.container.get_archive(path)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        return {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-
-
 def finish(nodes: list[TrackedContainer], timeout: float) -> list[int]:
     return [node.wait_exit(timeout=timeout) for node in nodes]
 
@@ -66,7 +60,7 @@ def test_the_distributed_smoke_collectives_pass_across_two_containers(docker, im
     try:
         codes = finish(nodes, timeout=180)
         assert codes == [0, 0], [n.logs()[-2000:] for n in nodes]
-        reports = [read_out(node, "/tmp") for node in nodes]
+        reports = [fetch_dir(node.container, "/tmp") for node in nodes]
         ranks = sorted(name for files in reports for name in files if name.startswith("rank"))
         assert ranks == ["rank0.json", "rank1.json"]
     finally:
@@ -82,7 +76,7 @@ def test_ppo_ranks_on_two_containers_end_with_identical_weights(docker, image, n
     try:
         codes = finish(nodes, timeout=300)
         assert codes == [0, 0], [n.logs()[-2000:] for n in nodes]
-        saved = [read_out(node) for node in nodes]
+        saved = [fetch_dir(node.container, "/tmp/out") for node in nodes]
         ckpts = [
             torch.load(io.BytesIO(files[f"checkpoint-rank{r}.pt"]), map_location="cpu", weights_only=False)
             for r, files in enumerate(saved)

@@ -25,7 +25,7 @@ from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, resolve
-from tests.image.conftest import REGISTRY, ca_cert
+from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 
 pytestmark = pytest.mark.image
 
@@ -143,8 +143,7 @@ def test_validation_label_carries_the_report_digest(docker, run_result):
 def test_registry_holds_exactly_the_tested_image(run_result):
     """The manifest in the registry points at the tagged image's config (= its ID)."""
     for ref, digest in run_result.pushed.items():
-        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
-        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
+        resp = registry_manifest(ref)
         assert resp.status_code == 200
         assert resp.headers["Docker-Content-Digest"] == digest
         assert resp.json()["config"]["digest"] == run_result.stamped_id
@@ -385,7 +384,7 @@ def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path)
 
 def test_the_image_label_names_the_accepted_advisories(docker, run_result, report):
     label = docker.images.get(run_result.stamped_id).labels["io.proven-torch.advisories"]
-    assert label == f"PYSEC-2026-139 HIGH, PYSEC-2026-2286 HIGH (PyPA data as of {report['validation']['audit']['as_of']})"
+    assert label == f"PYSEC-2026-139 HIGH, PYSEC-2026-2286 HIGH (advisory data as of {report['validation']['audit']['as_of']})"
 
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.image.service_helpers import make_keypair, ssh, wait_for_jupyter, wait_for_sshd
+from tests.image.service_helpers import make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
 from tests.image.tracked_container import TrackedContainer
 
 pytestmark = pytest.mark.image
@@ -56,21 +56,17 @@ def test_ssh_logs_in_as_the_arbitrary_uid_and_imports_torch(restricted):
     assert uid == "4321" and version.startswith("2.")
 
 
-def run_to_end(docker, image, command: list[str], timeout: float = 900, **kwargs) -> tuple[int, str]:
-    with TrackedContainer(docker, image, command=command, **kwargs) as container:
-        container.start()
-        return container.wait_exit(timeout=timeout), container.logs()
-
-
 def test_proof_passes_under_the_restricted_profile(docker, image):
-    code, logs = run_to_end(docker, image, ["proof"], tmpfs=EXEC_TMP, **RESTRICTED)
+    code, logs = run_command(docker, image, ["proof"], timeout=600, tmpfs=EXEC_TMP, **RESTRICTED)
     assert code == 0, logs[-3000:]
     assert "proof: PROVEN on the CPU only" in logs
 
 
 def test_a_noexec_tmp_is_named_in_one_line(docker, image):
     """Docker's plain --tmpfs /tmp is noexec: the compile check says so instead of failing deep in Inductor."""
-    code, logs = run_to_end(docker, image, ["python", "-m", "smoke", "--only", "compile"], tmpfs={"/tmp": ""}, **RESTRICTED)
+    code, logs = run_command(
+        docker, image, ["python", "-m", "smoke", "--only", "compile"], timeout=300, tmpfs={"/tmp": ""}, **RESTRICTED
+    )
     assert code == 1
     assert "/tmp is mounted noexec" in logs and "--tmpfs /tmp:exec" in logs
 
@@ -80,8 +76,8 @@ def test_apptainer_like_exec_runs_the_proof(docker, image, tmp_path):
     home = tmp_path / "home"
     home.mkdir(mode=0o777)
     home.chmod(0o777)
-    code, logs = run_to_end(
-        docker, image, [], entrypoint=["proof"], user="4321:4321", read_only=True, tmpfs=EXEC_TMP, shm_size="1g",
+    code, logs = run_command(
+        docker, image, [], timeout=600, entrypoint=["proof"], user="4321:4321", read_only=True, tmpfs=EXEC_TMP, shm_size="1g",
         volumes={str(home): {"bind": "/home/caller", "mode": "rw"}},
         environment={"HOME": "/home/caller", "USER": "caller", "LOGNAME": "caller"},
     )  # fmt: skip

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import requests
 
-from pipeline import push
 from pipeline.run import BuildConfig, run
 from pipeline.variants import resolve
-from tests.image.conftest import REGISTRY, ca_cert
+from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 
 pytestmark = pytest.mark.image
 
@@ -54,8 +52,7 @@ def test_its_audit_has_no_high_or_critical_finding(line, docker):
 def test_the_registry_holds_exactly_the_tested_image(line):
     _, result, _ = line
     for ref, digest in result.pushed.items():
-        repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
-        resp = requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
+        resp = registry_manifest(ref)
         assert resp.headers["Docker-Content-Digest"] == digest and resp.json()["config"]["digest"] == result.stamped_id
 
 

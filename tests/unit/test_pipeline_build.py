@@ -281,11 +281,12 @@ def test_readme_variant_table_is_the_matrix(matrix):
 def test_the_rendered_spec_is_accepted_and_a_changed_one_is_named(cu128):
     import json
 
-    from pipeline.render import render_spec
+    from pipeline.render import AdvisoryInputs, render_spec
     from pipeline.validate import spec_problem
 
-    assert spec_problem(render_spec(cu128).encode(), cu128) is None
-    changed = json.loads(render_spec(cu128))
+    spec = render_spec(cu128, AdvisoryInputs.load())
+    assert spec_problem(spec.encode(), cu128) is None
+    changed = json.loads(spec)
     changed["expect"]["nccl"] = "0.0.1"
     changed["ppo_gate"]["target_return"] = 1.0
     assert spec_problem(json.dumps(changed).encode(), cu128) == (

@@ -27,19 +27,17 @@ CPU = {"gpu": False, "gpus": [], "gpu_names": [], "driver": None, "cpu": "AMD EP
 
 
 def test_verdict_names_the_gpu_and_the_driver():
-    assert (
-        proof.verdict_line(True, H100, [], require_gpu=True) == "proof: PROVEN on NVIDIA H100 80GB HBM3, driver 570.86.15, 1 GPU"
-    )
+    assert proof.verdict_line(True, H100, []) == "proof: PROVEN on NVIDIA H100 80GB HBM3, driver 570.86.15, 1 GPU"
 
 
 def test_verdict_on_the_cpu_says_gpu_checks_not_run():
-    line = proof.verdict_line(True, CPU, [], require_gpu=False)
+    line = proof.verdict_line(True, CPU, [])
     assert line.startswith("proof: PROVEN on the CPU only (AMD EPYC 7B13, 2 cores)") and "GPU checks not run" in line
 
 
 def test_verdict_of_a_failure_lists_what_failed():
     assert (
-        proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"], False)
+        proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"])
         == "proof: FAILED: smoke check(s) failed: versions; x"
     )
 

@@ -209,8 +209,10 @@ def test_startup_report_with_given_machines(monkeypatch):
     assert "Driver: driver 535.104.05 >= 525.60.13" in fine and "WARNING" not in fine
 
 
-def test_startup_reads_min_driver_from_env_and_never_fails(monkeypatch):
-    monkeypatch.setenv("PROVEN_TORCH_MIN_DRIVER", "525.60.13")
+def test_startup_reads_min_driver_from_the_spec_and_never_fails(monkeypatch, tmp_path):
+    spec = tmp_path / "expect.json"
+    spec.write_text(json.dumps({"expect": {"min_driver": "525.60.13"}, "ppo_gate": {}}))
+    monkeypatch.setenv("PROVEN_TORCH_SPEC", str(spec))
     monkeypatch.setattr(startup.facts, "nvml_info", lambda: {"driver": "470.82.01", "gpus": []})
     buf = io.StringIO()
     assert startup.main([], out=buf) == 0
