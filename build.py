@@ -111,6 +111,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
     parser.add_argument("--json", action="store_true", help="with list: print the matrix as JSON (what CI's workflows read)")
     parser.add_argument("--default", action="store_true", help="with list: print the default variant's name (what scripts build)")
+    parser.add_argument(
+        "--pin",
+        metavar="PACKAGE",
+        help="with list: print the matrix's requirement line for PACKAGE, e.g. gymnasium==X.Y.Z (the host venv shares it)",
+    )
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -152,7 +157,13 @@ def matrix_json(matrix) -> str:
     )
 
 
-def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False) -> int:
+def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: str | None = None) -> int:
+    if pin:  # a host tool that must match the image (the unit tests run the image's gymnasium)
+        versions = dict(matrix.packages)
+        if pin not in versions:
+            raise UsageError(f"--pin {pin}: not a package of [packages] in images/variants.toml (it has: {', '.join(versions)})")
+        print(f"{pin}=={versions[pin]}")
+        return 0
     if default:  # what scripts build by default: Dockerfile.<this>, images/expect/<this>.json
         print(next(v.name for v in matrix.variants if v.is_default))
         return 0
@@ -262,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
-            return cmd_list(matrix, args.markdown, args.json, args.default)
+            return cmd_list(matrix, args.markdown, args.json, args.default, args.pin)
         if args.command == "report":
             from pipeline.html_report import write_index
 

@@ -5,7 +5,7 @@
 #   1. Docker Engine (Debian's docker.io) running, with a BuildKit-capable CLI
 #   2. the base image named in images/variants.toml (pulled, or made with
 #      debootstrap on hosts that cannot reach a registry)
-#   3. the host virtual environment .venv with requirements-dev.txt
+#   3. the host virtual environment .venv (scripts/host-venv.sh)
 #   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium
 #
 # Needs root for the package installs and for starting dockerd; on a host where
@@ -63,12 +63,7 @@ DOCKER=docker
 docker info >/dev/null 2>&1 || DOCKER=/usr/bin/docker
 
 # --- 3. host virtual environment (before 2: reading the matrix needs Python only)
-if [[ ! -x .venv/bin/python ]] || ! cmp -s requirements-dev.txt .venv/.requirements-dev.txt; then
-    say "creating .venv from requirements-dev.txt"
-    python3 -m venv .venv
-    .venv/bin/pip install -q -r requirements-dev.txt
-    cp requirements-dev.txt .venv/.requirements-dev.txt
-fi
+bash scripts/host-venv.sh
 
 # --- 2. base image -----------------------------------------------------------
 BASE_IMAGE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_image)')
