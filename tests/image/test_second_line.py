@@ -1,4 +1,4 @@
-"""The 2.11-cu130 line (torch 2.11.0, PyPI's CUDA 13.0 build) through the real pipeline:
+"""The 2.11-cu130 line (torch 2.11 as the matrix pins it, PyPI's CUDA 13.0 build) through the real pipeline:
 built, validated, tagged and pushed like the default line, with no known high or
 critical advisory in its audit. Its lower layers are the default image's.
 """
@@ -31,13 +31,14 @@ def test_it_is_validated_and_pushed(line):
     variant, result, report = line
     assert report["status"] == "pushed" and report["validation"]["ok"] is True
     assert [t.rsplit(":", 1)[1] for t in result.tags[1:]] == ["2.11-cu130"]  # not `latest`: not the default line
-    assert result.tags[0].rsplit(":", 1)[1].startswith("2.11.0-cu130-py3.11-")
+    assert result.tags[0].rsplit(":", 1)[1].startswith(f"{variant.torch}-cu130-py{variant.python}-")
 
 
 def test_the_image_is_torch_2_11_on_cuda_13(line):
-    _, _, report = line
+    variant, _, report = line
     facts = report["validation"]["smoke"]["facts"]
-    assert (facts["torch_release"], facts["cuda"]) == ("2.11.0", "13.0")
+    assert variant.torch.startswith("2.11.") and variant.cuda == "13.0"
+    assert (facts["torch_release"], facts["cuda"]) == (variant.torch, variant.cuda)
     assert report["validation"]["verdict"].startswith("proof: PROVEN on the CPU only")
 
 

@@ -81,6 +81,6 @@ def test_the_scanner_prints_one_json_list(tmp_path):
 
 
 def test_inventory_reads_pip_inspect_and_dpkg():
-    pip = {"installed": [{"metadata": {"name": "torch", "version": "2.9.1", "license_expression": "BSD-3-Clause"}}]}
-    assert sbom_inventory.python_packages(pip) == [{"name": "torch", "version": "2.9.1", "license": "BSD-3-Clause"}]
+    pip = {"installed": [{"metadata": {"name": "torch", "version": "3.4.1", "license_expression": "BSD-3-Clause"}}]}
+    assert sbom_inventory.python_packages(pip) == [{"name": "torch", "version": "3.4.1", "license": "BSD-3-Clause"}]
     assert sbom_inventory.debian_packages("tini\t0.19.0-1\tamd64\n") == [{"name": "tini", "version": "0.19.0-1", "arch": "amd64"}]

@@ -87,14 +87,15 @@ def test_unknown_placeholder_fails(matrix, cu128):
 
 # --- one source of truth -----------------------------------------------------
 
-# Where a pin of the matrix must never be written down again. Not here: tests/
-# (their fixtures still carry versions of their own; the tests that check the
-# image take the pins from load_matrix()), requirements-dev.txt (host tools; its
-# gymnasium is the image's on purpose: the unit tests run the same backend), and
+# Where a pin of the matrix must never be written down again: the code, the
+# tests and the host tools. Tests take pins from load_matrix(), never from literal
+# copies of it; their made-up fixtures use versions no matrix line carries.
+# requirements-dev.txt holds none either: a host tool that must match the image
+# (gymnasium) takes its version from the matrix. The one exception is
 # smoke/rules.py's table of NVIDIA's driver floors, an upstream fact the matrix
 # is checked against (test_pipeline_variants.test_driver_floors_are_nvidias).
-_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "container", "scripts", ".ci", ".github")
-_CODE_FILES = ("Makefile", "build.py", ".dockerignore", ".hadolint.yaml", "pytest.ini")
+_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "container", "scripts", "tests", ".ci", ".github")
+_CODE_FILES = ("Makefile", "build.py", ".dockerignore", ".hadolint.yaml", "pytest.ini", "requirements-dev.txt")
 _UPSTREAM_TABLES = {"smoke/rules.py": "CUDA_MAJOR_MIN_DRIVER"}
 
 
@@ -185,9 +186,12 @@ def test_build_command_passes_ca_as_secret_and_no_tag(cu128, tmp_path):
 
 def test_network_failure_names_the_index(matrix, tmp_path):
     cu118 = resolve(matrix, "11.8")
-    log = "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection')\nERROR: No matching distribution found for torch==2.7.1"
+    log = (
+        "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection')\n"
+        f"ERROR: No matching distribution found for torch=={cu118.torch}"
+    )
     message = classify_failure(log, cu118, tmp_path / "build.log")
-    assert message.startswith("network error: could not download torch 2.7.1 for CUDA 11.8 from PyTorch's wheel index")
+    assert message.startswith(f"network error: could not download torch {cu118.torch} for CUDA 11.8 from PyTorch's wheel index")
     assert "download.pytorch.org" in message and "\n" not in message
 
 

@@ -26,14 +26,14 @@ def ctx_for(host_facts, require_gpu=False, **fact_overrides):
 # An image (CUDA build) started without --gpus: what the image tests see.
 CUDA_BUILD_NO_GPU = {
     "cuda": "12.8",
-    "cudnn": 91002,
-    "nccl": "2.27.5",
+    "cudnn": 99001,
+    "nccl": "2.99.3",
     "cuda_available": False,
     "gpu_count": 0,
     "gpus": [],
     "driver": None,
 }
-CUDA_EXPECT = {"cuda": "12.8", "cudnn": 91002, "nccl": "2.27.5", "min_driver": "525.60.13"}
+CUDA_EXPECT = {"cuda": "12.8", "cudnn": 99001, "nccl": "2.99.3", "min_driver": "515.43.04"}
 
 
 def image_ctx(host_facts, require_gpu=False, **fact_overrides):
@@ -76,7 +76,7 @@ def test_versions_fail_when_cuda_is_expected_of_a_cpu_torch(host_facts):
     ctx = checks.Context(expect={**ctx.expect, **CUDA_EXPECT}, require_gpu=False, facts=ctx.facts)
     outcome = checks.check_versions(ctx)
     assert outcome.status == "fail"
-    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 91002", "nccl: expected 2.27.5"):
+    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 99001", "nccl: expected 2.99.3"):
         assert fragment in outcome.detail
 
 
@@ -103,14 +103,14 @@ def test_visible_driver_without_cuda_fails_even_unrequired(host_facts):
     ctx = image_ctx(host_facts, driver="470.82.01", cuda_warning="The NVIDIA driver on your system is too old")
     outcome = checks.check_gpu(ctx)
     assert outcome.status == "fail"
-    assert "470.82.01 is older than 525.60.13" in outcome.detail
+    assert "470.82.01 is older than 515.43.04" in outcome.detail
     driver = checks.check_driver(ctx)
     assert driver.status == "fail" and "update the host driver" in driver.detail
 
 
 def test_new_enough_driver_passes(host_facts):
     outcome = checks.check_driver(image_ctx(host_facts, driver="550.54.15", driver_source="NVML"))
-    assert outcome.status == "pass" and "550.54.15 >= 525.60.13" in outcome.detail
+    assert outcome.status == "pass" and "550.54.15 >= 515.43.04" in outcome.detail
 
 
 def test_unreadable_driver_with_working_cuda_passes(host_facts):

@@ -162,7 +162,7 @@ def test_expect_from_a_file_and_a_wrong_pin_fails(host_expect, tmp_path):
     "args, fragment",
     [
         (["--expect", "{not json"], "not valid JSON"),
-        (["--expect", '{"torch": "2.9.1"}'], "missing"),
+        (["--expect", '{"torch": "3.4.1"}'], "missing"),
         (["--expect", "@/nonexistent/expect.json"], "cannot read"),
         ([], "--expect"),
         (["--expect", "HOST", "--only", "versions,bogus"], "unknown check(s) bogus"),
@@ -197,26 +197,26 @@ def test_startup_is_fast_and_informational():
 def test_startup_report_with_given_machines(monkeypatch):
     monkeypatch.setenv("PROVEN_TORCH_VARIANT", "cu128")
     nvml = {"driver": "470.82.01", "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_gb": 79.2}]}
-    lines = startup.report("525.60.13", nvml, None, 64 * 1024 * 1024, ("2.9.1", "12.8"))
+    lines = startup.report("515.43.04", nvml, None, 64 * 1024 * 1024, ("3.4.1", "12.8"))
     text = "\n".join(lines)
-    assert lines[0].startswith("proven-torch cu128: torch 2.9.1, CUDA 12.8")
+    assert lines[0].startswith("proven-torch cu128: torch 3.4.1, CUDA 12.8")
     assert "GPUs: 1: NVIDIA A100-SXM4-80GB (79.2 GB)" in text
-    assert "Driver: WARNING: host NVIDIA driver 470.82.01 is older than 525.60.13" in text
+    assert "Driver: WARNING: host NVIDIA driver 470.82.01 is older than 515.43.04" in text
     assert "--ipc=host" in text and "--shm-size" in text
     assert "--gpus all" not in text
 
-    fine = "\n".join(startup.report("525.60.13", None, "535.104.05", 16 * 2**30, ("2.9.1", "12.8")))
-    assert "Driver: driver 535.104.05 >= 525.60.13" in fine and "WARNING" not in fine
+    fine = "\n".join(startup.report("515.43.04", None, "535.104.05", 16 * 2**30, ("3.4.1", "12.8")))
+    assert "Driver: driver 535.104.05 >= 515.43.04" in fine and "WARNING" not in fine
 
 
 def test_startup_reads_min_driver_from_the_spec_and_never_fails(monkeypatch, tmp_path):
     spec = tmp_path / "expect.json"
-    spec.write_text(json.dumps({"expect": {"min_driver": "525.60.13"}, "ppo_gate": {}}))
+    spec.write_text(json.dumps({"expect": {"min_driver": "515.43.04"}, "ppo_gate": {}}))
     monkeypatch.setenv("PROVEN_TORCH_SPEC", str(spec))
     monkeypatch.setattr(startup.facts, "nvml_info", lambda: {"driver": "470.82.01", "gpus": []})
     buf = io.StringIO()
     assert startup.main([], out=buf) == 0
-    assert "older than 525.60.13" in buf.getvalue()
+    assert "older than 515.43.04" in buf.getvalue()
 
     def boom():
         raise RuntimeError("NVML exploded")

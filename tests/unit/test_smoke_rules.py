@@ -14,23 +14,23 @@ pytestmark = pytest.mark.unit
 
 PINS = {
     "variant": "cu128",
-    "torch": "2.9.1",
-    "torchvision": "0.24.1",
-    "torchaudio": "2.9.1",
+    "torch": "3.4.1",
+    "torchvision": "0.39.4",
+    "torchaudio": "3.4.1",
     "cuda": "12.8",
-    "cudnn": 91002,
-    "nccl": "2.27.5",
+    "cudnn": 99001,
+    "nccl": "2.99.3",
     "python": "3.11",
-    "min_driver": "525.60.13",
+    "min_driver": "515.43.04",
 }
 IMAGE_FACTS = {
-    "torch": "2.9.1+cu128",
-    "torchvision": "0.24.1+cu128",
-    "torchaudio": "2.9.1+cu128",
+    "torch": "3.4.1+cu128",
+    "torchvision": "0.39.4+cu128",
+    "torchaudio": "3.4.1+cu128",
     "cuda": "12.8",
-    "cudnn": 91002,
-    "nccl": "2.27.5",
-    "python": "3.11.2",
+    "cudnn": 99001,
+    "nccl": "2.99.3",
+    "python": "3.11.90",
 }
 
 
@@ -48,12 +48,12 @@ def test_versions_match_with_local_suffixes():
 @pytest.mark.parametrize(
     "key, value",
     [
-        ("torch", "2.9.0+cu128"),
-        ("torchvision", "0.24.0"),
-        ("torchaudio", "2.8.0"),
+        ("torch", "3.4.0+cu128"),
+        ("torchvision", "0.39.3"),
+        ("torchaudio", "3.3.0"),
         ("cuda", "12.6"),
-        ("cudnn", 90100),
-        ("nccl", "2.26.2"),
+        ("cudnn", 98003),
+        ("nccl", "2.98.1"),
         ("python", "3.12.1"),
     ],
 )
@@ -65,7 +65,7 @@ def test_each_mismatch_is_named(key, value):
 
 
 def test_cpu_only_torch_fails_a_cuda_expectation():
-    cpu_facts = {**IMAGE_FACTS, "torch": "2.9.1+cpu", "cuda": None, "cudnn": None, "nccl": None}
+    cpu_facts = {**IMAGE_FACTS, "torch": "3.4.1+cpu", "cuda": None, "cudnn": None, "nccl": None}
     assert failing(rules.compare_versions(PINS, cpu_facts)) == {"cuda", "cudnn", "nccl"}
     msg = next(c for c in rules.compare_versions(PINS, cpu_facts) if c.what == "cuda").describe()
     assert msg == "cuda: expected 12.8, found absent"
@@ -80,14 +80,14 @@ def test_null_pin_means_absent():
 
 
 def test_release_and_version_helpers():
-    assert rules.release("2.9.1+cu128") == "2.9.1"
+    assert rules.release("3.4.1+cu128") == "3.4.1"
     assert rules.release(None) is None
     assert rules.version_tuple("12.8.93") == (12, 8, 93)
-    assert rules.version_tuple("2.9.1rc1") == (2, 9, 1)
-    assert rules.version_cmp("525.60.13", "525.60.13") == 0
-    assert rules.version_cmp("470.82.01", "525.60.13") == -1
+    assert rules.version_tuple("3.4.1rc1") == (3, 4, 1)
+    assert rules.version_cmp("515.43.04", "515.43.04") == 0
+    assert rules.version_cmp("470.82.01", "515.43.04") == -1
     assert rules.version_cmp("12.8", "12.8.0") == 0
-    assert rules.cudnn_str(91002) == "9.10.2"
+    assert rules.cudnn_str(99001) == "9.90.1"
     assert rules.cudnn_str(8902) == "8.9.2"
     assert rules.cudnn_str(None) is None
 
@@ -123,7 +123,7 @@ TORCH_REQUIRES = [
     "typing-extensions>=4.10.0",
     'nvidia-cuda-nvrtc-cu12==12.8.93; platform_system == "Linux" and platform_machine == "x86_64"',
     'nvidia-cudnn-cu12==9.10.2.21; platform_system == "Linux" and platform_machine == "x86_64"',
-    'nvidia-nccl-cu12==2.27.5; platform_system == "Linux" and platform_machine == "x86_64"',
+    'nvidia-nccl-cu12==2.99.3; platform_system == "Linux" and platform_machine == "x86_64"',
     'triton==3.5.1; platform_system == "Linux" and platform_machine == "x86_64"',
     'nvidia-only-on-arm==1.0; platform_machine == "aarch64"',
     'optree>=0.13.0; extra == "optree"',
@@ -131,7 +131,7 @@ TORCH_REQUIRES = [
 INSTALLED = {
     "nvidia-cuda-nvrtc-cu12": "12.8.93",
     "nvidia-cudnn-cu12": "9.10.2.21",
-    "nvidia-nccl-cu12": "2.27.5",
+    "nvidia-nccl-cu12": "2.99.3",
     "triton": "3.5.1",
 }
 
@@ -161,7 +161,7 @@ def test_parse_requirement_forms():
     assert req.name == "nvidia-cudnn-cu12"
     assert req.specifiers == ((">=", "9.1"), ("<", "10"))
     assert rules.marker_applies(req.marker, LINUX_X86)
-    assert rules.parse_requirement("torch[opt]==2.9.1").specifiers == (("==", "2.9.1"),)
+    assert rules.parse_requirement("torch[opt]==3.4.1").specifiers == (("==", "3.4.1"),)
     with pytest.raises(ValueError):
         rules.parse_requirement("nvidia-x ?? 1")
 
@@ -173,8 +173,8 @@ def test_parse_requirement_forms():
         ("12.8.90", "==", "12.8.93", False),
         ("12.8.93", "==", "12.8.*", True),
         ("12.9.0", "==", "12.8.*", False),
-        ("2.27.5", ">=", "2.27", True),
-        ("2.27.5", "<", "2.27", False),
+        ("2.99.3", ">=", "2.99", True),
+        ("2.99.3", "<", "2.99", False),
         ("2.2.3", "~=", "2.2.1", True),
         ("2.3.0", "~=", "2.2.1", False),
         ("1.0", "!=", "1.0.0", False),
@@ -237,48 +237,49 @@ def test_arch_problem_names_the_error_and_the_remedy():
 
 # --------------------------------------------------------------------------- driver
 
-LINES = {"11.8": "450.80.02", "12.1": "525.60.13", "12.8": "525.60.13", "13.0": "580.65.06"}
+# Made-up floors (not the matrix's, not NVIDIA's): ordered 11.8 < 12.x < 13.0 as the real ones are.
+LINES = {"11.8": "445.11.09", "12.1": "515.43.04", "12.8": "515.43.04", "13.0": "600.11.02"}
 
 
 def test_driver_new_enough():
-    verdict = rules.driver_status("535.104.05", "525.60.13", "12.8")
+    verdict = rules.driver_status("535.104.05", "515.43.04", "12.8")
     assert verdict.status == "pass"
-    assert "535.104.05 >= 525.60.13" in verdict.message
+    assert "535.104.05 >= 515.43.04" in verdict.message
 
 
 def test_driver_equal_to_minimum_passes():
-    assert rules.driver_status("525.60.13", "525.60.13", "12.8").status == "pass"
+    assert rules.driver_status("515.43.04", "515.43.04", "12.8").status == "pass"
 
 
 def test_driver_too_old_suggests_older_line():
-    verdict = rules.driver_status("470.82.01", "525.60.13", "12.8", LINES)
+    verdict = rules.driver_status("470.82.01", "515.43.04", "12.8", LINES)
     assert verdict.status == "fail"
-    assert "470.82.01 is older than 525.60.13" in verdict.message
+    assert "470.82.01 is older than 515.43.04" in verdict.message
     assert "CUDA 12.8" in verdict.message
-    assert "use the CUDA 11.8 variant (needs driver >= 450.80.02)" in verdict.message
+    assert "use the CUDA 11.8 variant (needs driver >= 445.11.09)" in verdict.message
 
 
 def test_driver_too_old_for_cuda13_suggests_newest_line_that_fits():
-    verdict = rules.driver_status("550.54.15", "580.65.06", "13.0", LINES)
+    verdict = rules.driver_status("550.54.15", "600.11.02", "13.0", LINES)
     assert verdict.status == "fail"
     assert "use the CUDA 12.8 variant" in verdict.message
 
 
 def test_driver_too_old_without_table_gives_generic_advice():
-    verdict = rules.driver_status("418.67", "450.80.02", "11.8")
+    verdict = rules.driver_status("418.67", "445.11.09", "11.8")
     assert verdict.status == "fail"
-    assert "update the host driver to >= 450.80.02" in verdict.message
+    assert "update the host driver to >= 445.11.09" in verdict.message
     assert "older CUDA line" in verdict.message
 
 
 def test_no_driver_is_missing_with_hint():
-    verdict = rules.driver_status(None, "525.60.13", "12.8")
+    verdict = rules.driver_status(None, "515.43.04", "12.8")
     assert verdict.status == "missing"
     assert "--gpus all" in verdict.message
 
 
 def test_unreadable_driver_and_no_minimum():
-    assert rules.driver_status("garbage", "525.60.13", "12.8").status == "fail"
+    assert rules.driver_status("garbage", "515.43.04", "12.8").status == "fail"
     assert rules.driver_status("535.104.05", None, "12.8").status == "pass"
 
 
@@ -309,7 +310,7 @@ def test_shm_large_enough_is_quiet():
 
 
 def test_expect_json_and_file(tmp_path):
-    assert load_expect(json.dumps(PINS))["cudnn"] == 91002
+    assert load_expect(json.dumps(PINS))["cudnn"] == 99001
     path = tmp_path / "e.json"
     path.write_text(json.dumps(PINS))
     parsed = load_expect(f"@{path}")
@@ -322,7 +323,7 @@ def test_expect_json_and_file(tmp_path):
         ([1, 2], "must be a JSON object"),
         ({**PINS, "cudaa": "12.8"}, "unknown key(s) cudaa"),
         ({k: v for k, v in PINS.items() if k != "cuda"}, "missing cuda"),
-        ({**PINS, "cudnn": "91002"}, "cudnn must be int"),
+        ({**PINS, "cudnn": "99001"}, "cudnn must be int"),
         ({**PINS, "cudnn": True}, "cudnn must be int"),
         ({**PINS, "torch": None}, "torch must not be null"),
         ({**PINS, "require_gpu": True}, "unknown key(s) require_gpu"),
@@ -353,8 +354,8 @@ SECTION = {
             "severity": "HIGH",
             "accepted": True,
             "package": "torch",
-            "version": "2.9.1",
-            "fixed": "2.11.0",
+            "version": "3.4.1",
+            "fixed": "3.6.0",
             "affects": "pt2",
         },
         {
@@ -362,8 +363,8 @@ SECTION = {
             "severity": "HIGH",
             "accepted": True,
             "package": "torch",
-            "version": "2.9.1",
-            "fixed": "2.10.0",
+            "version": "3.4.1",
+            "fixed": "3.5.0",
             "affects": "torch.load",
         },
     ],
@@ -397,5 +398,5 @@ def test_no_advisories_and_no_record():
     )
     assert rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
     assert rules.advisory_details(SECTION)[1].startswith(
-        "  PYSEC-2026-2286 (HIGH, accepted) torch 2.9.1, fixed in 2.10.0: torch.load"
+        "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed in 3.5.0: torch.load"
     )
