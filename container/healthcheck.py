@@ -16,8 +16,9 @@ convention); one line on stdout says why (`docker inspect` shows it).
 
 start.sh also runs `healthcheck --wait-ready SECONDS --pid PID` to wait for
 JupyterLab: it prints the server's URL (http://127.0.0.1:PORT/BASE/) and exits
-0 when the server answers, 3 when it runs without a token, 1 when it died or
-did not answer in time. Standard library only: it runs every few seconds.
+0 when the server answers, 1 when it died or did not answer in time (an empty
+token never gets this far: container/jupyter_token.py refuses it first).
+Standard library only: it runs every few seconds.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def check(run_dir: Path = RUN_DIR) -> tuple[bool, str]:
 
 
 def wait_ready(run_dir: Path, pid: int, seconds: float) -> int:
-    """Wait until JupyterLab `pid` answers; print its URL. 0 ready, 3 no token, 1 otherwise."""
+    """Wait until JupyterLab `pid` answers; print its URL. 0 ready, 1 otherwise."""
     deadline = time.monotonic() + seconds
     runtime = runtime_dir(run_dir)
     while time.monotonic() < deadline:
@@ -154,7 +155,7 @@ def wait_ready(run_dir: Path, pid: int, seconds: float) -> int:
         info = server_info(runtime, pid)
         if info is not None and probe_jupyter(info, timeout=2.0) is None:
             print(local_url(info))
-            return 0 if info.get("token") else 3
+            return 0
         time.sleep(0.25)
     print(f"JupyterLab (pid {pid}) did not answer within {seconds:.0f}s", file=sys.stderr)
     return 1

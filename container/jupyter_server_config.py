@@ -3,7 +3,8 @@
 System-wide config has the lowest priority: ~/.jupyter/jupyter_server_config.py
 and command-line flags (`docker run IMAGE jupyter-lab --port=9999`) override it.
 Token auth stays on whatever they say: start.sh always exports a non-empty
-JUPYTER_TOKEN and refuses to serve when the running server reports no token.
+JUPYTER_TOKEN and refuses to start when the resolved config sets an empty one
+(container/jupyter_token.py).
 """
 
 import os

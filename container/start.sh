@@ -183,45 +183,34 @@ setup_token() {
     unset JUPYTER_TOKEN_FILE
 }
 
-# Refuse flags that would switch token auth off (config files are checked once
-# the server runs: healthcheck --wait-ready fails on an empty token).
-refuse_empty_token_flags() {
-    local i args=("$@")
-    for ((i = 0; i < ${#args[@]}; i++)); do
-        if [[ "${args[i]}" =~ ^--([A-Za-z]+\.)?token=[\'\"]*$ ]] \
-            || { [[ "${args[i]}" =~ ^--([A-Za-z]+\.)?token$ ]] && [[ -z "${args[i + 1]:-}" || "${args[i + 1]}" =~ ^[\'\"]+$ ]]; }; then
-            log "refusing to start JupyterLab without a token (${args[i]}); set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead."
-            exit 2
-        fi
-    done
+# Refuse a configuration that switches token auth off, before any socket opens:
+# Jupyter resolves its config files and the flags (--show-config-json starts no
+# server) and container/jupyter_token.py holds the rule.
+refuse_disabled_token() {
+    local config problem
+    # Flags Jupyter cannot parse: the real start below reports them itself.
+    config="$(jupyter-lab --show-config-json "$@" 2>/dev/null)" || return 0
+    if ! problem="$(python3 "$CONTAINER_DIR/jupyter_token.py" <<<"$config")"; then
+        log "refusing to start JupyterLab without a token ($problem); set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead."
+        exit 2
+    fi
 }
 
 JUPYTER_PID=""
 start_jupyter() {
-    refuse_empty_token_flags "$@"
     setup_token
+    refuse_disabled_token "$@"
     # Defaults (0.0.0.0:8888, /workspace, no browser) are in /etc/jupyter/jupyter_server_config.py.
     jupyter-lab "$@" &
     JUPYTER_PID=$!
     printf 'jupyter %s\n' "$JUPYTER_PID" >>"$RUN_DIR/services"
-    local url status=0
-    url="$(healthcheck --wait-ready 120 --pid "$JUPYTER_PID")" || status=$?
-    case "$status" in
-        0)
-            local shown="$JUPYTER_TOKEN"
-            [[ "$TOKEN_GENERATED" == true ]] || shown="<your JUPYTER_TOKEN>"
-            log "JupyterLab is ready: ${url}lab?token=$shown"
-            log "(that is the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888)"
-            ;;
-        3)
-            log "JupyterLab started without a token (an empty token in a Jupyter config file?); stopping it. Set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead."
-            kill -TERM "$JUPYTER_PID" 2>/dev/null || true
-            wait "$JUPYTER_PID" 2>/dev/null || true
-            stop_services
-            exit 2
-            ;;
-        *) ;;  # it died (the supervisor reports it) or is slow (the healthcheck says so)
-    esac
+    local url shown="$JUPYTER_TOKEN"
+    [[ "$TOKEN_GENERATED" == true ]] || shown="<your JUPYTER_TOKEN>"
+    # Not ready: it died (the supervisor reports it) or is slow (the healthcheck says so).
+    if url="$(healthcheck --wait-ready 120 --pid "$JUPYTER_PID")"; then
+        log "JupyterLab is ready: ${url}lab?token=$shown"
+        log "(that is the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888)"
+    fi
 }
 
 # --- supervision -------------------------------------------------------------------

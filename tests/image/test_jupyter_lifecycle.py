@@ -92,7 +92,20 @@ def test_an_empty_token_flag_is_refused(docker, image):
     with TrackedContainer(docker, image, command=["jupyter-lab", "--IdentityProvider.token="]) as container:
         container.start()
         assert container.wait_exit(timeout=60) == 2
-        assert "refusing to start JupyterLab without a token" in container.logs()
+        assert "refusing to start JupyterLab without a token (IdentityProvider.token is empty)" in container.logs()
+
+
+def test_an_empty_token_in_a_config_file_is_refused_before_the_server_starts(docker, image, tmp_path):
+    (tmp_path / "jupyter_server_config.py").write_text('c.ServerApp.token = ""\n')
+    tmp_path.chmod(0o755)
+    volumes = {str(tmp_path): {"bind": "/config", "mode": "ro"}}
+    with TrackedContainer(docker, image, environment={"JUPYTER_CONFIG_DIR": "/config"}, volumes=volumes) as container:
+        container.start()
+        assert container.wait_exit(timeout=60) == 2
+        logs = container.logs()
+        # Jupyter itself maps the deprecated ServerApp.token onto IdentityProvider.token.
+        assert "refusing to start JupyterLab without a token (IdentityProvider.token is empty)" in logs
+        assert "Jupyter Server" not in logs and "is running at" not in logs  # no server ever listened
 
 
 # --- a bad key, another UID: JupyterLab still serves --------------------------------
