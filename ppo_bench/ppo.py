@@ -387,7 +387,7 @@ class Collectives:
 
     def __init__(self, device: torch.device, timeout_s: float):
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank, self.timeout_s = 0, timeout_s
+        self.rank, self.timeout_s, self.device = 0, timeout_s, device
         if self.world_size == 1:
             return
         import datetime
@@ -422,6 +422,14 @@ class Collectives:
         if self.world_size > 1:
             self._bounded(what, lambda: self.dist.all_reduce(tensor))
             tensor /= self.world_size
+
+    def any(self, flag: bool, what: str) -> bool:
+        """True on every rank when it is true on one (a decision all ranks must take together)."""
+        if self.world_size == 1:
+            return flag
+        tensor = torch.tensor([int(flag)], device=self.device)
+        self._bounded(what, lambda: self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MAX))
+        return bool(tensor.item())
 
     def gather(self, obj, what: str) -> list:
         if self.world_size == 1:
@@ -716,7 +724,7 @@ def train(args: Args) -> dict:
         torch.set_num_threads(args.threads)
     out_dir = Path(args.out_dir)
     ckpt_path = out_dir / ("checkpoint.pt" if world_size == 1 else f"checkpoint-rank{rank}.pt")
-    ckpt = load_for_resume(args, ckpt_path) if args.resume else None
+    ckpt = resume_point(args, comms, ckpt_path)
     T, N = args.num_steps, args.num_envs
     global_batch = N * T * world_size
     num_iterations = max(1, args.total_timesteps // global_batch)
@@ -768,6 +776,8 @@ def train(args: Args) -> dict:
             torch.cuda.synchronize(device)
 
     def save(iteration: int) -> None:
+        if world_size > 1 and ckpt_path.exists():  # keep the one before: a rank that died mid-save may lack the newest
+            os.replace(ckpt_path, previous_checkpoint(ckpt_path))
         outputs.save_checkpoint(ckpt_path, checkpoint(args, state, iteration, agent, optimizer, scaler, envs, store, device))
 
     writer = outputs.open_writer(out_dir, args, resumed_at=state.global_step if ckpt else None) if rank == 0 else None
@@ -857,7 +867,8 @@ def train(args: Args) -> dict:
         sliced = args.stop_after_iterations and iteration - state.start_iteration + 1 >= args.stop_after_iterations
         if stop or sliced or iteration == num_iterations:
             break
-        if args.checkpoint_every and time.monotonic() - last_ckpt >= args.checkpoint_every:
+        due = bool(args.checkpoint_every) and time.monotonic() - last_ckpt >= args.checkpoint_every
+        if comms.any(due, "the checkpoint decision (all_reduce)"):  # every rank saves the same iteration
             save(iteration)
             last_ckpt = time.monotonic()
 
@@ -878,11 +889,51 @@ def reached_target(args: Args, recent: deque, mean_recent: float | None) -> bool
     return args.target_return is not None and len(recent) == args.target_window and mean_recent >= args.target_return
 
 
-def load_for_resume(args: Args, ckpt_path: Path) -> dict:
-    if not ckpt_path.exists():
-        raise ConfigError(f"--resume: no checkpoint at {ckpt_path}; start without --resume")
-    ckpt = outputs.load_checkpoint(ckpt_path)
+def previous_checkpoint(ckpt_path: Path) -> Path:
+    return ckpt_path.with_suffix(".prev.pt")
+
+
+def resume_point(args: Args, comms: Collectives, ckpt_path: Path) -> dict | None:
+    """The checkpoint this run continues from, or None for a fresh start.
+
+    --resume asks for it. A torchrun restart (--max-restarts; torchrun sets
+    TORCHELASTIC_RESTART_COUNT) implies it where checkpoints exist, so a job
+    whose rank crashed continues from its last checkpoint instead of step 0.
+    Several ranks agree first: each offers the iterations its checkpoints hold
+    (the newest and the one before it), and every rank continues from the newest
+    iteration all of them have. A node whose rank number changed in the new
+    rendezvous takes the checkpoint it has (weights and optimizer are the same
+    on every rank; only the environments' states are another rank's).
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if not (args.resume or restart):
+        return None
+    held = {}  # iteration -> checkpoint
+    candidates = [ckpt_path, previous_checkpoint(ckpt_path)]
+    if comms.world_size > 1 and not ckpt_path.exists():
+        candidates = sorted(ckpt_path.parent.glob("checkpoint-rank*.pt"))[:1]
+        candidates += [previous_checkpoint(path) for path in candidates]
+    for path in candidates[: 1 if comms.world_size == 1 else 2]:
+        if path.exists():
+            ckpt = outputs.load_checkpoint(path)
+            held[ckpt["iteration"]] = ckpt
+    offered = comms.gather(sorted(held), "the checkpoint iterations each rank holds (all_gather_object)")
+    common = set(offered[0]).intersection(*offered[1:])
+    if not common:
+        if args.resume and comms.world_size == 1:
+            raise ConfigError(f"--resume: no checkpoint at {ckpt_path}; start without --resume")
+        if args.resume:
+            where = "; ".join(f"rank {r}: {its or 'none'}" for r, its in enumerate(offered))
+            raise ConfigError(
+                f"--resume: no checkpoint iteration that every rank holds in its out_dir ({where}); start without --resume"
+            )
+        if comms.rank == 0:
+            print(f"ppo_bench: torchrun restart {restart}: no checkpoint every rank holds; starting from step 0", flush=True)
+        return None
+    ckpt = held[max(common)]
     _check_resume_args(ckpt["args"], args)
+    if restart and comms.rank == 0:
+        print(f"ppo_bench: torchrun restart {restart}: every rank resumes from iteration {ckpt['iteration']}", flush=True)
     return ckpt
 
 

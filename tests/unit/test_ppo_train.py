@@ -323,6 +323,46 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     assert len(lines) == 1 and "did not complete within 10 s" in lines[0], err[-3000:]
 
 
+def test_a_crashed_rank_resumes_from_the_last_checkpoint_with_max_restarts(tmp_path):
+    """torchrun --max-restarts: a rank killed mid-run (SIGKILL) restarts the worker group; the ranks
+    agree on the newest checkpoint iteration both hold and finish the run from there, not from step 0."""
+    import signal
+    import time
+
+    out = tmp_path / "restart"
+    total = 2 * 16 * 16 * 600
+    argv = torchrun_argv(out, "--total-timesteps", str(total), "--checkpoint-every", "0.2")
+    argv[argv.index("--nproc_per_node") : argv.index("--nproc_per_node")] = ["--max-restarts", "1"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint-rank1.prev.pt").exists():  # two checkpoints written: well into the run
+            assert proc.poll() is None and time.monotonic() < deadline, "no second checkpoint"
+            time.sleep(0.1)
+        ranks = _rank_pids(proc.pid)
+        os.kill(ranks[1], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    resumed = [line for line in stdout.splitlines() if line.startswith("ppo_bench: torchrun restart 1: every rank resumes")]
+    assert len(resumed) == 1, stdout[-3000:]
+    iteration = int(resumed[0].rsplit(" ", 1)[1])
+    result = json.loads((out / "result.json").read_text())
+    assert result["resumed"] is True and result["total_env_steps"] == total
+    assert 1 <= iteration < total // (2 * 16 * 16)
+    r0, r1 = checkpoint(out / "checkpoint-rank0.pt"), checkpoint(out / "checkpoint-rank1.pt")
+    assert r0["iteration"] == r1["iteration"] == total // (2 * 16 * 16)
+    for key, value in r0["agent"].items():
+        assert torch.equal(value, r1["agent"][key]), key
+
+
 # Results pinned bit for bit (weights, every episode return, the epochs each update ran), recorded
 # on the host's torch before train() was cut into parts; a refactor that changes a single float fails.
 PINNED_TORCH = "2.13.0"
