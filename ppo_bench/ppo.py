@@ -905,7 +905,10 @@ def resume_point(args: Args, comms: Collectives, ckpt_path: Path) -> dict | None
     rendezvous takes the checkpoint it has (weights and optimizer are the same
     on every rank; only the environments' states are another rank's).
     """
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # Each node's agent counts its own restarts (a node restarted for another's failure may say 0),
+    # so the ranks decide together whether this is a restart.
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    restart = comms.any(restart, "whether any rank was restarted (all_reduce)")
     if not (args.resume or restart):
         return None
     held = {}  # iteration -> checkpoint
@@ -928,12 +931,12 @@ def resume_point(args: Args, comms: Collectives, ckpt_path: Path) -> dict | None
                 f"--resume: no checkpoint iteration that every rank holds in its out_dir ({where}); start without --resume"
             )
         if comms.rank == 0:
-            print(f"ppo_bench: torchrun restart {restart}: no checkpoint every rank holds; starting from step 0", flush=True)
+            print("ppo_bench: after a torchrun restart: no checkpoint every rank holds; starting from step 0", flush=True)
         return None
     ckpt = held[max(common)]
     _check_resume_args(ckpt["args"], args)
     if restart and comms.rank == 0:
-        print(f"ppo_bench: torchrun restart {restart}: every rank resumes from iteration {ckpt['iteration']}", flush=True)
+        print(f"ppo_bench: after a torchrun restart, every rank resumes from iteration {ckpt['iteration']}", flush=True)
     return ckpt
 
 

@@ -106,6 +106,28 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
 # --------------------------------------------------------------------------- packages
 
 
+def rdma_facts(sys_class: Path = Path("/sys/class/infiniband"), dev: Path = Path("/dev/infiniband")) -> dict:
+    """What NCCL's InfiniBand/RoCE transport needs, as seen from here: the host's RDMA devices
+    (sysfs), their verbs device nodes passed into the container, libibverbs, the memlock limit."""
+    import ctypes.util
+    import resource
+
+    def names(folder: Path, pattern: str) -> list[str]:
+        try:
+            return sorted(p.name for p in folder.glob(pattern))
+        except OSError:
+            return []
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return {
+        "devices": names(sys_class, "*"),
+        "uverbs": names(dev, "uverbs*"),
+        "libibverbs": ctypes.util.find_library("ibverbs") is not None,
+        "memlock": None if soft == resource.RLIM_INFINITY else soft,
+        "ib_disable": os.environ.get("NCCL_IB_DISABLE"),
+    }
+
+
 def installed_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)

@@ -402,6 +402,33 @@ def shm_advice(shm_bytes: int | None) -> str | None:
     return None
 
 
+RDMA_FLAGS = "--device /dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1"
+MEMLOCK_ENOUGH = 1 << 30  # NCCL registers its buffers with the NIC: a 64 KiB or 8 MiB limit is far too small
+
+
+def nccl_transports(rdma: dict) -> str:
+    """One line: which inter-node transports NCCL can use here (from facts.rdma_facts)."""
+    devices = ", ".join(rdma.get("devices") or [])
+    if not rdma.get("libibverbs"):
+        return "NCCL transports: TCP sockets only (libibverbs is not in this image)"
+    if str(rdma.get("ib_disable") or "0") not in ("", "0"):
+        return f"NCCL transports: TCP sockets (InfiniBand/RoCE switched off by NCCL_IB_DISABLE={rdma['ib_disable']})"
+    if not devices:
+        return "NCCL transports: TCP sockets; no InfiniBand/RoCE device visible (rdma-core is installed for hosts that have one)"
+    if not rdma.get("uverbs"):
+        return (
+            f"NCCL transports: TCP sockets; WARNING: RDMA device(s) {devices} on the host, but /dev/infiniband is not "
+            f"passed in, so NCCL falls back to TCP: start the container with {RDMA_FLAGS}"
+        )
+    memlock = rdma.get("memlock")
+    if memlock is not None and memlock < MEMLOCK_ENOUGH:
+        return (
+            f"NCCL transports: InfiniBand/RoCE ({devices}) and TCP sockets; WARNING: the memlock limit is "
+            f"{memlock // 1024} KiB, too small for NCCL to register its buffers: start the container with --ulimit memlock=-1"
+        )
+    return f"NCCL transports: InfiniBand/RoCE ({devices}) and TCP sockets"
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "absent"

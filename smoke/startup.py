@@ -42,6 +42,7 @@ def report(
     torch_info: tuple,
     advisories: dict | None = None,
     driver_lines: dict[str, str] | None = None,
+    rdma: dict | None = None,
 ) -> list[str]:
     """The start-up lines, from given facts (pure, so tests feed any machine)."""
     version, cuda = torch_info
@@ -65,6 +66,8 @@ def report(
         lines.append(prefix + verdict.message)
     warning = rules.shm_advice(shm)
     lines.append(f"/dev/shm: {rules.human_bytes(shm)}" + (f"; WARNING: {warning}" if warning else ""))
+    if rdma is not None:
+        lines.append(rules.nccl_transports(rdma))
     if advisories is not None:
         import datetime as dt
 
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
                 pass
         lines = report(
             args.min_driver or expect.get("min_driver"), nvml, proc_driver, facts.shm_bytes(), torch_build(),
-            spec.get("advisories"), expect.get("driver_lines"),
+            spec.get("advisories"), expect.get("driver_lines"), facts.rdma_facts(),
         )  # fmt: skip
     except SystemExit:  # --help
         return 0

@@ -181,3 +181,29 @@ def test_nothing_else_listens(host):
 def test_package_is_the_pinned_version(host, variant, package):
     """pip included: the seed pip that python3-venv puts in the venv is replaced by the matrix's."""
     assert host.pip.get_packages(pip_path="/opt/venv/bin/pip")[package]["version"] == dict(variant.packages)[package]
+
+
+# --- NCCL's inter-node transports ------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", ["libibverbs1", "ibverbs-providers", "librdmacm1"])
+def test_rdma_user_space_is_installed(host, package):
+    """Debian's rdma-core libraries: NCCL opens libibverbs at run time for InfiniBand/RoCE."""
+    assert host.package(package).is_installed
+
+
+def test_verbs_providers_include_mellanox(host):
+    assert host.run("ls /usr/lib/x86_64-linux-gnu/libibverbs/").stdout.count("libmlx5-rdmav") == 1
+
+
+def test_the_start_up_report_names_nccls_transports(container):
+    """The libraries are there; the devices are the host's (none on the machines CI runs on)."""
+    from pathlib import Path
+
+    line = next(ln for ln in container.logs().splitlines() if ln.startswith("NCCL transports: "))
+    if any(Path("/sys/class/infiniband").glob("*")):  # a host with RDMA, not passed in with --device
+        assert "/dev/infiniband is not passed in, so NCCL falls back to TCP" in line
+    else:
+        assert line == (
+            "NCCL transports: TCP sockets; no InfiniBand/RoCE device visible (rdma-core is installed for hosts that have one)"
+        )

@@ -351,7 +351,7 @@ def test_a_crashed_rank_resumes_from_the_last_checkpoint_with_max_restarts(tmp_p
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
-    resumed = [line for line in stdout.splitlines() if line.startswith("ppo_bench: torchrun restart 1: every rank resumes")]
+    resumed = [line for line in stdout.splitlines() if line.startswith("ppo_bench: after a torchrun restart, every rank resumes")]
     assert len(resumed) == 1, stdout[-3000:]
     iteration = int(resumed[0].rsplit(" ", 1)[1])
     result = json.loads((out / "result.json").read_text())

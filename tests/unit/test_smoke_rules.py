@@ -400,3 +400,38 @@ def test_no_advisories_and_no_record():
     assert rules.advisory_details(SECTION)[1].startswith(
         "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed in 3.5.0: torch.load"
     )
+
+
+# --- NCCL's inter-node transports (start-up report) ------------------------------------
+
+RDMA_OK = {"devices": ["mlx5_0", "mlx5_1"], "uverbs": ["uverbs0", "uverbs1"], "libibverbs": True, "memlock": None}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected", "warns"),
+    [
+        ({}, "NCCL transports: InfiniBand/RoCE (mlx5_0, mlx5_1) and TCP sockets", False),
+        ({"libibverbs": False}, "TCP sockets only (libibverbs is not in this image)", False),
+        ({"ib_disable": "1"}, "TCP sockets (InfiniBand/RoCE switched off by NCCL_IB_DISABLE=1)", False),
+        ({"devices": [], "uverbs": []}, "TCP sockets; no InfiniBand/RoCE device visible", False),
+        ({"uverbs": []}, "/dev/infiniband is not passed in, so NCCL falls back to TCP: start the container with --device", True),
+        ({"memlock": 64 * 1024}, "the memlock limit is 64 KiB, too small", True),
+        ({"ib_disable": "0", "memlock": 2 << 30}, "NCCL transports: InfiniBand/RoCE (mlx5_0, mlx5_1) and TCP sockets", False),
+    ],
+)
+def test_nccl_transports_say_what_nccl_can_use_and_what_to_change(change, expected, warns):
+    line = rules.nccl_transports({**RDMA_OK, **change})
+    assert line.startswith("NCCL transports: ") and expected in line
+    assert ("WARNING" in line) == warns
+
+
+def test_rdma_facts_read_sysfs_and_device_nodes(tmp_path):
+    from smoke import facts
+
+    (tmp_path / "sys" / "mlx5_0").mkdir(parents=True)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "uverbs0").touch()
+    (tmp_path / "dev" / "rdma_cm").touch()
+    found = facts.rdma_facts(tmp_path / "sys", tmp_path / "dev")
+    assert (found["devices"], found["uverbs"]) == (["mlx5_0"], ["uverbs0"])
+    assert facts.rdma_facts(tmp_path / "none", tmp_path / "none")["devices"] == []
