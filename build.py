@@ -64,6 +64,20 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--push", action="store_true", help="push the validated image (all its tags) to --registry (default: Docker Hub naming)"
     )
+    parser.add_argument(
+        "--compression",
+        choices=("gzip", "zstd", "both"),
+        default="gzip",
+        help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; "
+        "zstd: smaller and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 "
+        "(needs skopeo); both: the tags stay gzip and each also gets a zstd form, TAG-zstd",
+    )
+    parser.add_argument(
+        "--hold-moving-tags",
+        action="store_true",
+        help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
+        "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest",
+    )
     parser.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
     parser.add_argument(
         "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
@@ -260,6 +274,8 @@ def cmd_build(matrix, args) -> int:
         ca_cert=args.ca_cert,
         advisories=args.advisories,
         allow_cpu_validation=args.allow_cpu_validation,
+        hold_moving_tags=args.hold_moving_tags,
+        compression=args.compression,
         report_dir=args.report_dir,
         verbose=args.verbose,
     )

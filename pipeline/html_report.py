@@ -142,7 +142,9 @@ def render_page(report: dict, run_dir: Path) -> str:
                     ),
                     (
                         "compressed (registry)",
-                        f"{push['compressed_bytes'] / GB:.2f} GB" if push.get("compressed_bytes") else "not pushed",
+                        ", ".join(f"{n / GB:.2f} GB ({form})" for form, n in push["compressed_bytes"].items())
+                        if push.get("compressed_bytes")
+                        else "not pushed",
                     ),
                     ("layers", _e(size.get("layers"))),
                 ]

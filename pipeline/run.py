@@ -29,6 +29,8 @@ class BuildConfig:
     ca_cert: Path | None = None
     advisories: Path | None = None
     allow_cpu_validation: bool = False
+    hold_moving_tags: bool = False  # push the immutable tag only; a release moves the others after a GPU proof
+    compression: str = "gzip"  # push.COMPRESSIONS
     report_dir: Path = REPO_ROOT / "reports"
     verbose: bool = False
 
@@ -73,10 +75,13 @@ class Pushed:
 
     refs: dict[str, str]  # ref -> manifest digest
     sbom: dict  # where the SBOM went, or why it did not (push.push_sbom)
-    compressed_bytes: int | None
+    compressed_bytes: dict[str, int]  # per compression pushed ("gzip", "zstd"), as the registry's manifest says
+    held_tags: tuple[str, ...] = ()  # moving tags not pushed (--hold-moving-tags): a later step moves them
 
     def as_dict(self) -> dict:
-        return {"refs": self.refs, "sbom": self.sbom, "compressed_bytes": self.compressed_bytes}
+        return {
+            "refs": self.refs, "sbom": self.sbom, "compressed_bytes": self.compressed_bytes, "held_tags": list(self.held_tags),
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,12 @@ def check_request(config: BuildConfig, gpus: int) -> None:
         )
     if config.registry is not None and not config.push:
         raise UsageError("--registry is only used with --push; add --push or drop --registry")
+    if config.compression != "gzip":
+        if not config.push:
+            raise UsageError(f"--compression {config.compression} is only used with --push; add --push or drop it")
+        push.skopeo()  # before the build, not after it
+    if config.hold_moving_tags and not config.push:
+        raise UsageError("--hold-moving-tags is only used with --push; add --push or drop --hold-moving-tags")
     if config.ca_cert is not None and not config.ca_cert.is_file():
         raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
 
@@ -157,23 +168,37 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation)
 
 
-def push_all(client, tagged: Tagged, target: Target) -> Pushed:
+def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = False, compression: str = "gzip") -> Pushed:
+    """Push every tag in the chosen compression (push.push_plan: immutable tags first), or with
+    `hold_moving_tags` the immutable ones only."""
     common = dict(tags=tagged.tags, stamped_id=tagged.stamped_id)
     refs: dict[str, str] = {}
+    plan = push.push_plan(compression, tagged.tags)
+    to_push = [step for step in plan if step[0] == tagged.tags[0] or not hold_moving_tags]
+    held = tuple(remote for _, remote, _ in plan[len(to_push) :])
+    zstd_digest = None
     try:
-        for tag in tagged.tags:
-            refs[f"{target.ref}:{tag}"] = push.push_tag(client, tagged.stamped_id, target.ref, tag)
+        for local, remote, form in to_push:
+            if form == "zstd":
+                zstd_digest = push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
+                refs[f"{target.ref}:{remote}"] = zstd_digest
+            else:
+                refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)
     except PipelineError as err:
-        failed = Pushed(refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes=None)
+        failed = Pushed(refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={})
         target.write_report(tagged.validated_id, tagged.validation, status="validated", push=failed, error=str(err), **common)
         raise
-    first = f"{target.ref}:{tagged.tags[0]}"
+    first_tag = to_push[0][1]
     sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
-    sbom_where = push.push_sbom(target.ref, tagged.tags[0], refs[first], sbom_file)
-    compressed = push.compressed_bytes(target.ref, tagged.tags[0])
-    if compressed is not None:
-        print(f"==> compressed size in the registry: {compressed / 1e9:.2f} GB", flush=True)
-    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed)
+    sbom_where = push.push_sbom(target.ref, first_tag, refs[f"{target.ref}:{first_tag}"], sbom_file)
+    compressed = {}
+    for _, remote, form in to_push:
+        if form not in compressed and (size := push.compressed_bytes(target.ref, remote)) is not None:
+            compressed[form] = size
+            print(f"==> compressed size in the registry ({form}): {size / 1e9:.2f} GB", flush=True)
+    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held)
+    if held:
+        print(f"==> held back (not pushed): {', '.join(held)}; move them once the pushed digest is proven", flush=True)
     target.write_report(tagged.validated_id, tagged.validation, status="pushed", push=pushed, **common)
     return pushed
 
@@ -211,7 +236,7 @@ def run(config: BuildConfig) -> RunResult:
         advisories=config.advisories,
     )
     tagged = validate_and_tag(client, built.image_id, gpus, target)
-    pushed = push_all(client, tagged, target) if config.push else None
+    pushed = push_all(client, tagged, target, config.hold_moving_tags, config.compression) if config.push else None
     print(f"==> report: {target.report_path}", flush=True)
     return RunResult(
         validated_id=tagged.validated_id,

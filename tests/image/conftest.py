@@ -85,3 +85,31 @@ def image(docker, pipeline_run) -> str:
     if pipeline_run is None:
         return docker.images.get(os.environ["PROVEN_TORCH_TEST_IMAGE"]).id
     return pipeline_run.stamped_id
+
+
+@pytest.fixture
+def readonly_registry(tmp_path):
+    """A real registry (Debian's docker-registry) in read-only mode: it answers every upload with an error.
+    Yields its host:port."""
+    import shutil
+    import subprocess
+
+    import requests
+
+    from tests.image.tracked_container import free_port, wait_until
+
+    exe = shutil.which("docker-registry")
+    assert exe, "Debian's docker-registry is needed (scripts/prepare-host.sh --test-tools installs it)"
+    port = free_port()
+    config = tmp_path / "readonly.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+        f"  maintenance:\n    readonly:\n      enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    server = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).ok, 30, "the read-only registry")
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

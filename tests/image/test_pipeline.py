@@ -24,7 +24,7 @@ from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.run import Target, validate_and_tag
-from pipeline.variants import REPO_ROOT, resolve
+from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 
 pytestmark = pytest.mark.image
@@ -68,7 +68,7 @@ def test_the_stamped_record_does_not_change_after_the_push(report, run_result):
     """validation.json is hashed into a label; the push has a record of its own."""
     record = json.loads(run_result.report_path.with_name("validation.json").read_text())
     assert record == report["validation"]
-    assert report["push"]["refs"] == run_result.pushed and report["push"]["compressed_bytes"] > 1e9
+    assert report["push"]["refs"] == run_result.pushed and report["push"]["compressed_bytes"]["gzip"] > 1e9
 
 
 def test_release_figures_travel_with_the_image(docker, run_result, report):
@@ -435,37 +435,16 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant
         )
 
 
-def test_registry_refusing_the_push_is_one_clear_error(docker, image, tmp_path):
-    """A real registry in read-only mode answers every upload with an error."""
-    from tests.image.tracked_container import free_port, wait_until
-
-    exe = shutil.which("docker-registry")
-    assert exe, "Debian's docker-registry is needed (scripts/prepare-host.sh --test-tools installs it)"
-    port = free_port()
-    config = tmp_path / "readonly.yml"
-    config.write_text(
-        "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "
-        + str(tmp_path / "data")
-        + "\n  maintenance:\n    readonly:\n      enabled: true\nhttp:\n  addr: 127.0.0.1:"
-        + str(port)
-        + "\n"
-    )
-    server = subprocess.Popen([exe, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ref = f"127.0.0.1:{port}/proven-torch-test"
+def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_registry):
+    ref = f"{readonly_registry}/proven-torch-test"
+    docker.images.get(image).tag(ref, "readonly")
     try:
-        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).ok, 30, "the read-only registry")
-        docker.images.get(image).tag(ref, "readonly")
         with pytest.raises(PushFailed) as err:
             push.push_tag(docker, image, ref, "readonly")
         assert "refused" in str(err.value) or "cannot push" in str(err.value)
         assert "\n" not in str(err.value)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-        try:
-            docker.images.remove(f"{ref}:readonly")
-        except Exception:
-            pass
+        docker.images.remove(f"{ref}:readonly")
 
 
 def test_sbom_is_pushed_with_the_image(run_result, report):
@@ -485,3 +464,34 @@ def test_sbom_is_pushed_with_the_image(run_result, report):
     assert manifest["subject"]["digest"] == image_digest
     blob = requests.get(f"http://{REGISTRY}/v2/{repo}/blobs/{manifest['layers'][0]['digest']}", timeout=60).content
     assert blob == run_result.report_path.with_name("sbom.cdx.json").read_bytes()
+
+
+def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, report, tmp_path):
+    """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
+    moving ones wait in the report for a GPU proof of the pushed digest."""
+    from pipeline.run import Tagged, push_all
+    from pipeline.validate import Validation
+
+    v = report["validation"]
+    validation = Validation(
+        ok=v["ok"], gpu=v["gpu"], seconds=v["seconds"], failures=tuple(v["failures"]), hygiene=tuple(v["hygiene"]),
+        stages=tuple((s["name"], s["status"]) for s in v["stages"]), size=v["size"], sbom=v["sbom"], audit=v["audit"],
+        proof={**v["proof"], "smoke": v["smoke"], "ppo": v["ppo"]},
+    )  # fmt: skip
+    shutil.copy(run_result.report_path.with_name(v["sbom"]["file"]), tmp_path / v["sbom"]["file"])
+    variant = next(v for v in load_matrix().variants if v.is_default)
+    ref = f"{REGISTRY}/proven-torch-test-held"
+    tags = [f"held-{os.getpid()}-immutable", f"held-{os.getpid()}-moving", f"held-{os.getpid()}-latest"]
+    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=tags, validation=validation)
+    push.tag_image(docker, run_result.stamped_id, ref, tags)
+    try:
+        pushed = push_all(docker, tagged, _target(variant, tmp_path, ref), hold_moving_tags=True)
+        assert list(pushed.refs) == [f"{ref}:{tags[0]}"] and pushed.held_tags == tuple(tags[1:])
+        assert registry_manifest(f"{ref}:{tags[0]}").json()["config"]["digest"] == run_result.stamped_id
+        for tag in tags[1:]:
+            assert registry_manifest(f"{ref}:{tag}").status_code == 404, tag
+        written = json.loads((tmp_path / "report.json").read_text())
+        assert written["status"] == "pushed" and written["push"]["held_tags"] == tags[1:]
+    finally:
+        for tag in tags:
+            docker.images.remove(f"{ref}:{tag}")

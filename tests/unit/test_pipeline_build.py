@@ -230,7 +230,16 @@ def _cli(*args, env=None):
 
 def test_help_explains_every_flag():
     out = _cli("--help").stdout
-    for flag in ("--cuda", "--torch", "--push", "--registry", "--repo", "--ca-cert", "--allow-cpu-validation"):
+    for flag in (
+        "--cuda",
+        "--torch",
+        "--push",
+        "--hold-moving-tags",
+        "--registry",
+        "--repo",
+        "--ca-cert",
+        "--allow-cpu-validation",
+    ):
         assert flag in out
     assert "exit codes:" in out
 
@@ -311,3 +320,9 @@ def test_largest_layers_are_named_by_what_they_install():
     assert layer_name(apt) == "OS packages: ca-certificates, python3, gcc"
     assert layer_name("COPY smoke/ /opt/proven-torch/smoke/ # buildkit") == "project files: smoke/"
     assert layer_name("") == "base image"
+
+
+def test_holding_moving_tags_needs_a_push(matrix, cu128):
+    with pytest.raises(UsageError, match="--hold-moving-tags is only used with --push"):
+        check_request(BuildConfig(matrix=matrix, variant=cu128, hold_moving_tags=True), gpus=0)
+    check_request(BuildConfig(matrix=matrix, variant=cu128, push=True, hold_moving_tags=True, allow_cpu_validation=True), gpus=0)

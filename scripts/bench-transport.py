@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Benchmark: how the image travels. In one run, side by side, on this machine:
+
+  cold push   gzip (`docker push`) and zstd (build.py's skopeo path, pipeline.push),
+              each into an empty registry of its own on 127.0.0.1
+  size        compressed bytes in the registry, and the largest layer of each
+  cold pull   containerd (`ctr image pull`, what Kubernetes runs) of each form into an
+              empty namespace; Docker Engine 20.10 of the gzip form into an empty second
+              daemon, which then runs the smoke suite in it; the same Docker of the
+              zstd form, to record that it cannot
+  re-push     a one-file change to the image, pushed with zstd: the bytes that travel
+
+Writes docs/evidence/transport-benchmark.json.
+
+    sudo .venv/bin/python scripts/bench-transport.py [--image REF]
+
+Needs root (a second dockerd), skopeo, docker-registry and containerd's ctr:
+`scripts/prepare-host.sh --test-tools` installs them. Default image: the default
+variant's moving tag as `make image` leaves it (proven-torch:2.9-cu128 or so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline import push  # noqa: E402
+from pipeline.docker_env import docker_client  # noqa: E402
+from pipeline.variants import REPO_ROOT, load_matrix  # noqa: E402
+from smoke.checks import free_port  # noqa: E402
+
+DOCKER = "/usr/bin/docker"  # Debian's 20.10 CLI: the engine's own
+CONTAINERD = "/var/run/docker/containerd/containerd.sock"
+REPO = "proven-torch-bench"
+
+
+def say(text: str) -> None:
+    print(f"bench-transport: {text}", file=sys.stderr, flush=True)
+
+
+def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+
+def timed(argv: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    done = run(argv, **kw)
+    return time.monotonic() - start, done
+
+
+class Registry:
+    """An empty docker-registry on 127.0.0.1:PORT (a cold push uploads every blob)."""
+
+    def __init__(self, root: Path):
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        config = root / f"registry-{self.port}.yml"
+        config.write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / f'data-{self.port}'}\n"
+            f"http:\n  addr: {self.host}\n"
+        )
+        self.proc = subprocess.Popen([shutil.which("docker-registry"), "serve", str(config)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        for _ in range(100):
+            try:
+                if requests.get(f"http://{self.host}/v2/", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise SystemExit(f"registry on {self.host} did not start")
+
+    def manifest(self, tag: str) -> dict:
+        resp = requests.get(f"http://{self.host}/v2/{REPO}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
+        resp.raise_for_status()
+        return resp.json()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def layer_stats(manifest: dict) -> dict:
+    sizes = [int(layer["size"]) for layer in manifest["layers"]]
+    return {"compressed_bytes": sum(sizes), "largest_layer_bytes": max(sizes), "layers": len(sizes),
+            "media_type": manifest["layers"][0]["mediaType"]}  # fmt: skip
+
+
+def ctr(namespace: str, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return run(["ctr", "--address", CONTAINERD, "-n", namespace, *args], timeout=timeout)
+
+
+def ctr_cold_pull(ref: str) -> float:
+    """Seconds for containerd to pull and unpack `ref` into a namespace of its own, emptied after."""
+    namespace = f"bench-{os.getpid()}-{int(time.time())}"
+    try:
+        seconds, done = timed(["ctr", "--address", CONTAINERD, "-n", namespace, "images", "pull", "--plain-http", ref],
+                              timeout=1800)  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"ctr pull {ref} failed: {done.stderr.strip()[-300:]}")
+        return seconds
+    finally:
+        for image in ctr(namespace, "images", "ls", "-q").stdout.split():
+            ctr(namespace, "images", "rm", "--sync", image)
+        digests = [line.split()[0] for line in ctr(namespace, "content", "ls", "-q").stdout.splitlines() if line.strip()]
+        if digests:
+            ctr(namespace, "content", "rm", *digests)
+        ctr(namespace, "namespaces", "rm", namespace)
+
+
+class SecondDocker:
+    """A second Docker Engine (the same 20.10) with an empty store: a cold `docker pull`."""
+
+    def __init__(self, root: Path):
+        self.socket = f"unix://{root}/docker.sock"
+        self.proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(root / "pid"),
+             "-H", self.socket, "--bridge=none", "--iptables=false", "--ip-masq=false"],
+            stdout=open(root / "dockerd.log", "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for _ in range(120):
+            if run([DOCKER, "-H", self.socket, "info"], timeout=10).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise SystemExit(f"second dockerd did not start; see {root / 'dockerd.log'}")
+
+    def docker(self, *args: str, timeout: int = 1800) -> tuple[float, subprocess.CompletedProcess]:
+        return timed([DOCKER, "-H", self.socket, *args], timeout=timeout)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def main() -> int:
+    matrix = load_matrix()
+    default = next(v for v in matrix.variants if v.is_default)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--image", default=f"{matrix.name}:{default.name}", help="local image to measure (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "evidence" / "transport-benchmark.json")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench-transport: needs root (it starts a second dockerd for a cold docker pull)")
+    client = docker_client()
+    image = client.images.get(args.image)
+    result: dict = {"image": args.image, "image_id": image.id, "uncompressed_bytes": int(image.attrs["Size"])}
+    work = Path(tempfile.mkdtemp(prefix="bench-transport-", dir="/var/tmp"))
+    gzip_reg, zstd_reg = Registry(work), Registry(work)
+    try:
+        # --- cold pushes, each into an empty registry ------------------------------------
+        gzip_ref, zstd_ref = f"{gzip_reg.host}/{REPO}", f"{zstd_reg.host}/{REPO}"
+        image.tag(gzip_ref, "gzip")
+        image.tag(zstd_ref, "cold")
+        say("cold push, gzip (docker push) ...")
+        seconds, done = timed([DOCKER, "push", f"{gzip_ref}:gzip"], timeout=3600)
+        if done.returncode != 0:
+            raise SystemExit(f"docker push failed: {done.stderr.strip()[-300:]}")
+        result["gzip"] = {"cold_push_seconds": round(seconds, 1), **layer_stats(gzip_reg.manifest("gzip"))}
+        say(f"  {seconds:.0f} s")
+        say("cold push, zstd (skopeo, build.py --compression zstd) ...")
+        start = time.monotonic()
+        zstd_digest = push.push_tag_zstd(client, image.id, zstd_ref, "cold", "zstd")
+        seconds = time.monotonic() - start
+        result["zstd"] = {
+            "cold_push_seconds": round(seconds, 1),
+            "level": push.ZSTD_LEVEL,
+            **layer_stats(zstd_reg.manifest("zstd")),
+        }
+        say(f"  {seconds:.0f} s")
+
+        # --- a one-file change, re-pushed with zstd ----------------------------------------
+        before = {layer["digest"] for layer in zstd_reg.manifest("zstd")["layers"]}
+        changed = client.images.build(
+            fileobj=__import__("io").BytesIO(f"FROM {image.id}\nRUN echo '# bench' >> /opt/proven-torch/smoke/__init__.py\n".encode()),
+            rm=True, labels={"io.proven-torch.role": "test"},
+        )[0]  # fmt: skip
+        changed.tag(zstd_ref, "changed")
+        start = time.monotonic()
+        push.push_tag_zstd(client, changed.id, zstd_ref, "changed", "changed")
+        manifest = zstd_reg.manifest("changed")
+        result["zstd"]["repush_after_one_file_change_seconds"] = round(time.monotonic() - start, 1)
+        result["zstd"]["repush_after_one_file_change_bytes"] = sum(
+            int(layer["size"]) for layer in manifest["layers"] if layer["digest"] not in before
+        ) + int(manifest["config"]["size"])
+
+        # --- cold pulls ---------------------------------------------------------------------
+        say("cold pull with containerd: gzip, then zstd ...")
+        result["gzip"]["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{gzip_ref}:gzip"), 1)
+        result["zstd"]["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{zstd_ref}@{zstd_digest}"), 1)
+        say("cold pull with a second, empty Docker Engine 20.10 ...")
+        second = SecondDocker(work / "docker2")
+        try:
+            seconds, done = second.docker("pull", f"{gzip_ref}:gzip")
+            result["gzip"]["docker_cold_pull_seconds"] = round(seconds, 1) if done.returncode == 0 else None
+            _, smoke = second.docker("run", "--rm", "--network", "none", f"{gzip_ref}:gzip", "python", "-m", "smoke", timeout=900)
+            result["gzip"]["docker_pulled_smoke_exit"] = smoke.returncode
+            result["gzip"]["docker_pulled_image_id"] = second.docker(
+                "image", "inspect", "--format", "{{.Id}}", f"{gzip_ref}:gzip"
+            )[1].stdout.strip()
+            _, done = second.docker("pull", f"{zstd_ref}:zstd", timeout=1800)
+            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+            result["zstd"]["docker_20_10_pull"] = "pulled" if done.returncode == 0 else f"failed: {last[:200]}"
+            result["docker_version"] = second.docker("version", "--format", "{{.Server.Version}}")[1].stdout.strip()
+        finally:
+            second.stop()
+    finally:
+        gzip_reg.stop()
+        zstd_reg.stop()
+        for ref in (f"{gzip_reg.host}/{REPO}:gzip", f"{zstd_reg.host}/{REPO}:cold", f"{zstd_reg.host}/{REPO}:changed"):
+            run([DOCKER, "rmi", ref])
+        shutil.rmtree(work, ignore_errors=True)
+
+    gz, zs = result["gzip"], result["zstd"]
+    result["ratios"] = {
+        "zstd_push_time_vs_gzip": round(zs["cold_push_seconds"] / gz["cold_push_seconds"], 2),
+        "zstd_size_vs_gzip": round(zs["compressed_bytes"] / gz["compressed_bytes"], 3),
+        "containerd_zstd_pull_time_vs_gzip": round(zs["containerd_cold_pull_seconds"] / gz["containerd_cold_pull_seconds"], 2),
+    }
+    result["targets"] = {
+        "cold push <= 40% of gzip docker push": result["ratios"]["zstd_push_time_vs_gzip"] <= 0.40,
+        "zstd compressed <= 3.8 GB": zs["compressed_bytes"] <= 3.8e9,
+        "uncompressed <= 8.0 GB": result["uncompressed_bytes"] <= 8.0e9,
+        "containerd zstd pull <= 70% of gzip": result["ratios"]["containerd_zstd_pull_time_vs_gzip"] <= 0.70,
+        "code-only re-push < 10 MB": zs["repush_after_one_file_change_bytes"] < 10e6,
+    }
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "unknown")
+    result["machine"] = {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
+                         "date": time.strftime("%Y-%m-%d"), "skopeo": run(["skopeo", "--version"]).stdout.strip()}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
