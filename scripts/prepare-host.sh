@@ -6,7 +6,7 @@
 #   2. the base image named in images/variants.toml (pulled, or made with
 #      debootstrap on hosts that cannot reach a registry)
 #   3. the host virtual environment .venv (scripts/host-venv.sh)
-#   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium
+#   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium, skopeo
 #
 # Needs root for the package installs and for starting dockerd; on a host where
 # Docker already runs and the packages are present it needs nothing.
@@ -33,6 +33,7 @@ if (( TEST_TOOLS )); then
     have ssh || need_apt+=(openssh-client)
     have ssh-keygen || need_apt+=(openssh-client)
     have chromium || need_apt+=(chromium)
+    have skopeo || need_apt+=(skopeo)  # zstd pushes (build.py --compression) and their tests
 fi
 have debootstrap || need_apt+=(debootstrap)
 
