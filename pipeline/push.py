@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import shutil
@@ -101,8 +102,9 @@ def _tls_args(ref: str, flag: str) -> list[str]:
 
 
 def exact_config(client, image_id: str) -> bytes:
-    """The image's config JSON, byte for byte (its sha256 is the image ID): the first member of
-    the daemon's `docker save` stream, which is closed after it."""
+    """The image's config JSON, byte for byte (its sha256 is the image ID), read from the daemon's
+    `docker save` stream (members in name order, so the config comes somewhere among the layers);
+    the stream is closed once it is found."""
     import tarfile
 
     chunks = client.api.get_image(image_id, chunk_size=1 << 20)
@@ -122,11 +124,11 @@ def exact_config(client, image_id: str) -> bytes:
     try:
         with tarfile.open(fileobj=Stream(), mode="r|") as archive:
             for member in archive:
-                if member.isfile() and member.name.endswith(".json") and "/" not in member.name:
+                if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
                     data = archive.extractfile(member).read()
                     if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
                         return data
-                break
+                    break
     finally:
         chunks.close()
     raise PushFailed(f"could not read the exact config of {image_id[:19]} from the Docker daemon")
@@ -194,9 +196,11 @@ def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pus
                           f"docker://{ref}@{pushed_digest}", *dest], f"{ref}:{tag}", start)  # fmt: skip
         else:
             layout = Path(tmp) / "layout"
-            _skopeo_copy(["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL),
-                          f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)  # fmt: skip
-            _use_exact_config(layout, exact_config(client, image_id))
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # read the config while skopeo compresses
+                config = pool.submit(exact_config, client, image_id)
+                _skopeo_copy(["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL),
+                              f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)  # fmt: skip
+                _use_exact_config(layout, config.result())
             _skopeo_copy(["--preserve-digests", "--digestfile", str(digest_file), f"oci:{layout}:image", *dest],
                          f"{ref}:{tag}", start)  # fmt: skip
         digest = digest_file.read_text().strip()

@@ -333,7 +333,8 @@ def test_a_crashed_rank_resumes_from_the_last_checkpoint_with_max_restarts(tmp_p
     total = 2 * 16 * 16 * 600
     argv = torchrun_argv(out, "--total-timesteps", str(total), "--checkpoint-every", "0.2")
     argv[argv.index("--nproc_per_node") : argv.index("--nproc_per_node")] = ["--max-restarts", "1"]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    # Without it a restarted worker can read the previous round's addresses (pytorch/pytorch#135712).
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     proc = subprocess.Popen(
         [sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
