@@ -62,6 +62,12 @@ def make_parser() -> argparse.ArgumentParser:
         "build for the CUDA line (default: the torch the matrix pins for the line)",
     )
     parser.add_argument(
+        "--flavor",
+        default="base",
+        help="with build or lock: base (default), or a flavor of [flavors] in images/variants.toml, e.g. rlhf "
+        "(transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)",
+    )
+    parser.add_argument(
         "--push", action="store_true", help="push the validated image (all its tags) to --registry (default: Docker Hub naming)"
     )
     parser.add_argument(
@@ -128,7 +134,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pin",
         metavar="PACKAGE",
-        help="with list: print the matrix's requirement line for PACKAGE, e.g. gymnasium==X.Y.Z (the host venv shares it)",
+        action="append",
+        help="with list: print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), "
+        "e.g. gymnasium==X.Y.Z; repeat it for several (the host venv shares them)",
     )
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
@@ -138,10 +146,23 @@ def make_parser() -> argparse.ArgumentParser:
 
 def carried_advisories(matrix) -> dict[str, dict]:
     """Per variant: the known high/critical advisories its pins carry (the snapshot and allowlist's view)."""
-    from pipeline.render import AdvisoryInputs, advisories_section
+    from pipeline.render import AdvisoryInputs, advisories_section, every_variant
 
     inputs = AdvisoryInputs.load()
-    return {v.name: advisories_section(v, inputs) for v in matrix.variants}
+    return {v.name: advisories_section(v, inputs) for v in every_variant(matrix)}
+
+
+def _listed(matrix) -> list:
+    """The base variants, each followed by its flavors (a flavor's note says what it adds)."""
+    import dataclasses
+
+    out = []
+    for v in matrix.variants:
+        out.append(v)
+        for f in (fv for fv in matrix.flavored_variants() if fv.base_name == v.name):
+            adds = ", ".join(f"{name} {version}" for name, version in f.flavor_packages)
+            out.append(dataclasses.replace(f, note=f"{f.flavor} flavor of {v.name}: adds {adds}"))
+    return out
 
 
 def variant_table_markdown(matrix) -> str:
@@ -152,7 +173,7 @@ def variant_table_markdown(matrix) -> str:
         f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories (as of {as_of}) | wheels from | note |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for v in matrix.variants:
+    for v in _listed(matrix):
         name = f"**{v.name}** (default)" if v.is_default else v.name
         rows.append(
             f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {carried_text(carried[v.name])} "
@@ -162,21 +183,28 @@ def variant_table_markdown(matrix) -> str:
 
 
 def matrix_json(matrix) -> str:
-    """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per variant."""
+    """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per
+    variant and per flavor of a variant (build it with --cuda, --torch and --flavor)."""
     import json
 
+    from pipeline.render import every_variant
+
     return json.dumps(
-        [{"variant": v.name, "cuda": v.cuda, "torch": v.torch_minor, "default": v.is_default} for v in matrix.variants],
+        [
+            {"variant": v.name, "cuda": v.cuda, "torch": v.torch_minor, "flavor": v.flavor, "default": v.is_default}
+            for v in every_variant(matrix)
+        ],
         separators=(",", ":"),
     )
 
 
-def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: str | None = None) -> int:
-    if pin:  # a host tool that must match the image (the unit tests run the image's gymnasium)
-        versions = dict(matrix.packages)
-        if pin not in versions:
-            raise UsageError(f"--pin {pin}: not a package of [packages] in images/variants.toml (it has: {', '.join(versions)})")
-        print(f"{pin}=={versions[pin]}")
+def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: list[str] | None = None) -> int:
+    if pin:  # host tools that must match the image (the unit tests run the image's gymnasium and TRL)
+        versions = dict(matrix.packages) | {name: v for flavor in matrix.flavors for name, v in flavor.packages}
+        unknown = [name for name in pin if name not in versions]
+        if unknown:
+            raise UsageError(f"--pin {unknown[0]}: not a package of images/variants.toml (it has: {', '.join(versions)})")
+        print("\n".join(f"{name}=={versions[name]}" for name in pin))
         return 0
     if default:  # what scripts build by default: Dockerfile.<this>, images/expect/<this>.json
         print(next(v.name for v in matrix.variants if v.is_default))
@@ -188,15 +216,15 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: boo
         print(variant_table_markdown(matrix))
         return 0
     carried = carried_advisories(matrix)
-    print(f"{'variant':11} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
-    for v in matrix.variants:
+    print(f"{'variant':15} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index")
+    for v in _listed(matrix):
         star = "*" if v.is_default else " "
         print(
-            f"{v.name + star:11} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
+            f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
-        print(f"{'':11} advisories: {carried_text(carried[v.name])}")
+        print(f"{'':15} advisories: {carried_text(carried[v.name])}")
         if v.note:
-            print(f"{'':11} note: {v.note}")
+            print(f"{'':15} note: {v.note}")
     first = next(iter(carried.values()))
     print(
         f"* default; advisories: high and critical, PyPA data as of {first['as_of']} (images/advisories/), accepted in images/audit-allowlist.toml"
@@ -219,12 +247,12 @@ def cmd_render(matrix, check: bool) -> int:
     return 0
 
 
-def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool) -> int:
+def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool, flavor: str = "base") -> int:
     from pipeline.lock import compile_lock, lock_status, write_lock
     from pipeline.render import render_all
 
     if check:
-        statuses = [lock_status(matrix, v) for v in matrix.variants]
+        statuses = [lock_status(matrix, v) for v in [*matrix.variants, *matrix.flavored_variants()]]
         for status in statuses:
             print(f"{status.variant}: {status.state}")
         stale = [s.variant for s in statuses if s.state == "stale"]
@@ -233,7 +261,7 @@ def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool) -> int:
                 f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"
             )
         return 0
-    variant = resolve(matrix, cuda, torch)
+    variant = resolve(matrix, cuda, torch, flavor)
     print(f"==> resolving {variant.name} with uv against {variant.index}", flush=True)
     for path in write_lock(matrix, variant, compile_lock(matrix, variant)):
         print(f"wrote {path.relative_to(REPO_ROOT)}")
@@ -257,8 +285,8 @@ def cmd_advisories(from_dir: Path | None, source: str, as_of: str | None) -> int
 def cmd_build(matrix, args) -> int:
     from pipeline.run import BuildConfig, run
 
-    variant = resolve(matrix, args.cuda, args.torch)
-    others = [v for v in matrix.variants if v.cuda == variant.cuda and v is not variant]
+    variant = resolve(matrix, args.cuda, args.torch, args.flavor)
+    others = [v for v in matrix.variants if v.cuda == variant.cuda and v.name != variant.base_name]
     if others and args.torch is None:
         print(
             f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
@@ -296,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_index(args.report_dir)}")
             return 0
         if args.command == "lock":
-            return cmd_lock(matrix, args.cuda, args.torch, args.check)
+            return cmd_lock(matrix, args.cuda, args.torch, args.check, args.flavor)
         if args.command == "advisories":
             return cmd_advisories(args.from_dir, args.source, args.as_of)
         if args.command == "render":

@@ -58,8 +58,28 @@ def lock_dir(variant: Variant, root: Path = LOCK_ROOT) -> Path:
     return root / variant.name
 
 
+def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
+    """The variant's layer files: the base's four, or a flavor's one (it goes on top of its base's)."""
+    return LAYERS if variant.flavor == "base" else ((f"5-{variant.flavor}.txt", r".*"),)
+
+
+def base_pins(variant: Variant, root: Path = LOCK_ROOT) -> dict[str, str]:
+    """{name: version} of everything the flavor's base line installs, read from its lock."""
+    pins = {}
+    for file, _ in LAYERS:
+        for line in (root / variant.base_name / file).read_text().splitlines():
+            if match := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;\\]+)", line):
+                pins[_norm(match.group(1))] = match.group(2)
+    return pins
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def requirements_in(variant: Variant) -> str:
-    return "".join(f"{name}=={version}\n" for name, version in variant.pins())
+    pins = variant.pins() if variant.flavor == "base" else variant.flavor_packages
+    return "".join(f"{name}=={version}\n" for name, version in pins)
 
 
 def _index_args(variant: Variant) -> list[str]:
@@ -67,8 +87,10 @@ def _index_args(variant: Variant) -> list[str]:
     return variant.index_args() + ([] if variant.uses_pypi else ["--index-strategy", "unsafe-best-match"])
 
 
-def inputs_digest(matrix: Matrix, variant: Variant) -> str:
-    parts = [requirements_in(variant), variant.index, variant.python, PLATFORM, matrix.resolved_before, repr(LAYERS)]
+def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> str:
+    parts = [requirements_in(variant), variant.index, variant.python, PLATFORM, matrix.resolved_before, repr(layers(variant))]
+    if variant.flavor != "base":  # a flavor resolves against its base's lock: a new base lock makes it stale
+        parts.append(repr(sorted(base_pins(variant, root).items())))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -80,15 +102,24 @@ def _uv() -> str:
 
 
 def compile_lock(matrix: Matrix, variant: Variant) -> str:
-    """Resolve the variant with uv; return the full lock (requirements format with hashes)."""
+    """Resolve the variant with uv; return the full lock (requirements format with hashes).
+
+    A flavor resolves with its base line's lock as constraints (torch and everything
+    else stay exactly the base's) and keeps only what the base does not install.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "requirements.in"
         src.write_text(requirements_in(variant))
+        constraints = []
+        if variant.flavor != "base":
+            base = base_pins(variant)
+            (Path(tmp) / "base.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(base.items())))
+            constraints = ["-c", "base.txt"]
         argv = [
             _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header",
             "--generate-hashes", *_index_args(variant),
             "--python-version", variant.python, "--python-platform", PLATFORM,
-            "--exclude-newer", matrix.resolved_before, src.name,
+            "--exclude-newer", matrix.resolved_before, *constraints, src.name,
         ]  # fmt: skip
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=600, cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"}
@@ -98,28 +129,39 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
         raise BuildFailed(
             f"cannot resolve the lock for {variant.name} from {variant.index} ({reason}); run `build.py lock` on a host that reaches it"
         )
-    return result.stdout
+    if variant.flavor == "base":
+        return result.stdout
+    base = base_pins(variant)
+    blocks = split_lock(result.stdout, (("all", r".*"),))["all"]
+    kept = [block for block in _blocks(blocks) if _norm(block[0]) not in base]
+    return "".join(text for _, text in kept)
 
 
-def split_lock(text: str) -> dict[str, str]:
-    """Split a uv lock into the layer files: {file name: requirement blocks}."""
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """(package name, its requirement block: the pin line, hashes, 'via' comments) in order."""
     blocks: list[tuple[str, str]] = []
     for line in text.splitlines(keepends=True):
         if re.match(r"^[A-Za-z0-9]", line):
-            name = re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
-            blocks.append((name, line))
+            blocks.append((re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-"), line))
         elif blocks and line.strip():
             blocks[-1] = (blocks[-1][0], blocks[-1][1] + line)
-    out = {file: "" for file, _ in LAYERS}
-    for name, block in blocks:
-        file = next(f for f, pattern in LAYERS if re.fullmatch(pattern, name))
+    return blocks
+
+
+def split_lock(text: str, files: tuple[tuple[str, str], ...] = LAYERS) -> dict[str, str]:
+    """Split a uv lock into the layer files: {file name: requirement blocks}."""
+    out = {file: "" for file, _ in files}
+    for name, block in _blocks(text):
+        file = next(f for f, pattern in files if re.fullmatch(pattern, name))
         out[file] += block
     return out
 
 
 def header(matrix: Matrix, variant: Variant, file: str) -> str:
+    flavor = f" --flavor {variant.flavor}" if variant.flavor != "base" else ""
+    base = f" on top of {variant.base_name}'s lock" if flavor else ""
     return (
-        f"# GENERATED by `python build.py lock --cuda {variant.cuda} --torch {variant.torch_minor}` (uv pip compile --generate-hashes,\n"
+        f"# GENERATED by `python build.py lock --cuda {variant.cuda} --torch {variant.torch_minor}{flavor}`{base} (uv pip compile --generate-hashes,\n"
         f"# Python {variant.python}, {PLATFORM}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
         f"# DO NOT EDIT. One layer of the image: {file}.\n"
     )
@@ -129,25 +171,25 @@ def write_lock(matrix: Matrix, variant: Variant, lock_text: str, root: Path = LO
     folder = lock_dir(variant, root)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for file, body in split_lock(lock_text).items():
+    for file, body in split_lock(lock_text, layers(variant)).items():
         path = folder / file
         path.write_text(header(matrix, variant, file) + body)
         written.append(path)
-    (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant) + "\n")
+    (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant, root) + "\n")
     return [*written, folder / DIGEST_FILE]
 
 
 def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> LockStatus:
     folder = lock_dir(variant, root)
-    files = [folder / file for file, _ in LAYERS]
+    files = [folder / file for file, _ in layers(variant)]
     if not any(p.exists() for p in files):
         return LockStatus(variant.name, "missing")
     digest = folder / DIGEST_FILE
     if not all(p.exists() for p in files) or not digest.exists():
         return LockStatus(variant.name, "stale")
-    fresh = digest.read_text().strip() == inputs_digest(matrix, variant)
+    fresh = digest.read_text().strip() == inputs_digest(matrix, variant, root)
     return LockStatus(variant.name, "fresh" if fresh else "stale")
 
 
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
-    return all((lock_dir(variant, root) / file).exists() for file, _ in LAYERS)
+    return all((lock_dir(variant, root) / file).exists() for file, _ in layers(variant))

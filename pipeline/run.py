@@ -203,6 +203,14 @@ def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = Fa
     return pushed
 
 
+def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
+    """A local name for a just-built base image, for the flavor's `FROM` (BuildKit resolves names, not IDs).
+    It names a build, not a validated image: it is never pushed."""
+    ref, tag = f"{repo}-base-build", base
+    client.images.get(image_id).tag(ref, tag)
+    return f"{ref}:{tag}"
+
+
 def run(config: BuildConfig) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
@@ -222,6 +230,11 @@ def run(config: BuildConfig) -> RunResult:
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     args = build_image.build_args(revision, created)
+    if variant.flavor != "base":  # a flavor builds FROM its base image: the same layers, one more on top
+        base = config.matrix.by_name(variant.base_name)
+        print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
+        base_built = build_image.build_image(cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose)
+        args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
     built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose)
 
     target = Target(

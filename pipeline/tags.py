@@ -37,13 +37,15 @@ def check_facts_match_pins(variant: Variant, smoke_report: dict) -> None:
 
 
 def compute_tags(variant: Variant, smoke_report: dict, date: str, revision: str) -> tuple[str, list[str]]:
-    """(immutable tag, moving tags). The immutable one names torch, CUDA, Python, date and revision."""
+    """(immutable tag, moving tags). The immutable one names torch, CUDA, Python, date and revision
+    (and the flavor, last); only the default base variant moves `latest`."""
     check_facts_match_pins(variant, smoke_report)
     torch, cuda, python = image_facts(smoke_report)
     cu = "cu" + cuda.replace(".", "")
-    immutable = f"{torch}-{cu}-py{python}-{date}-{revision}"
+    flavor = "" if variant.flavor == "base" else f"-{variant.flavor}"  # a flavor's tags end in its name
+    immutable = f"{torch}-{cu}-py{python}-{date}-{revision}{flavor}"
     minor = ".".join(torch.split(".")[:2])
-    moving = [f"{minor}-{cu}"] + (["latest"] if variant.is_default else [])
+    moving = [f"{minor}-{cu}{flavor}"] + (["latest"] if variant.is_default else [])
     for tag in [immutable, *moving]:
         if not _TAG.match(tag):
             raise ValidationFailed(f"computed tag {tag!r} is not a valid Docker tag")

@@ -76,14 +76,21 @@ class Variant:
     ppo_gate: PpoGate
     is_default: bool
     driver_lines: tuple[tuple[str, str], ...] = ()  # (CUDA line, min driver) of every variant
+    # A flavor ("rlhf") is its base variant plus a layer of its own: name "2.9-cu128-rlhf",
+    # base_name "2.9-cu128", its extra pins, and its gate's settings (rlhf_bench's options).
+    flavor: str = "base"
+    base_name: str = ""
+    flavor_packages: tuple[tuple[str, str], ...] = ()
+    flavor_gate: tuple[tuple[str, object], ...] = ()
 
     @property
     def torch_minor(self) -> str:
         return ".".join(self.torch.split(".")[:2])
 
     def pins(self) -> list[tuple[str, str]]:
-        """Every Python package the line pins: torch, torchvision, torchaudio, then [packages]."""
-        return [("torch", self.torch), ("torchvision", self.torchvision), ("torchaudio", self.torchaudio), *self.packages]
+        """Every Python package the line pins: torch, torchvision, torchaudio, [packages], then its flavor's."""
+        base = [("torch", self.torch), ("torchvision", self.torchvision), ("torchaudio", self.torchaudio), *self.packages]
+        return base + list(self.flavor_packages)
 
     @property
     def uses_pypi(self) -> bool:
@@ -112,13 +119,29 @@ class Variant:
     def spec(self) -> dict:
         """What the image must prove, baked into it as /opt/proven-torch/expect.json:
         the expectations of the smoke suite and the settings of the PPO gate."""
-        return {
+        spec = {
             "schema": 1,
             "generated_by": "python build.py render (from images/variants.toml)",
             "variant": self.name,
             "expect": self.expectations(),
             "ppo_gate": dataclasses.asdict(self.ppo_gate),
         }
+        if self.flavor != "base":
+            spec["flavor"] = self.flavor
+            spec[f"{self.flavor}_gate"] = dict(self.flavor_gate)
+        return spec
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """[flavors.NAME]: packages on top of a base variant, the lines that have it, its gate."""
+
+    name: str
+    description: str
+    lines: tuple[str, ...]
+    size_budget_extra_gb: float
+    packages: tuple[tuple[str, str], ...]
+    gate: tuple[tuple[str, object], ...]
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,30 @@ class Matrix:
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
     variants: tuple[Variant, ...]
+    flavors: tuple[Flavor, ...] = ()
+
+    def flavored(self, variant: Variant, flavor: str) -> Variant:
+        """The `flavor` of a base variant, refused with one line when the matrix has no such pair."""
+        if flavor == "base":
+            return variant
+        found = next((f for f in self.flavors if f.name == flavor), None)
+        if found is None:
+            names = ", ".join(["base", *(f.name for f in self.flavors)])
+            raise UsageError(f"unknown flavor {flavor!r}; the matrix has {names}")
+        if variant.name not in found.lines:
+            raise UsageError(
+                f"the {flavor} flavor is made for {', '.join(found.lines)} (where its layer is locked), not {variant.name}; "
+                f"add the line to [flavors.{flavor}] lines and run `build.py lock --flavor {flavor}` where its index is reachable"
+            )
+        return dataclasses.replace(
+            variant, name=f"{variant.name}-{flavor}", flavor=flavor, base_name=variant.name, is_default=False,
+            size_budget_gb=variant.size_budget_gb + found.size_budget_extra_gb,
+            flavor_packages=found.packages, flavor_gate=found.gate, note=found.description,
+        )  # fmt: skip
+
+    def flavored_variants(self) -> list[Variant]:
+        """Every (line, flavor) pair the matrix lists, flavors only."""
+        return [self.flavored(self.by_name(line), f.name) for f in self.flavors for line in f.lines]
 
     def cuda_lines(self) -> list[str]:
         return list(dict.fromkeys(v.cuda for v in self.variants))
@@ -214,8 +261,24 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise MatrixError(f"{path}: a variant is listed twice")
-    variants = [dataclasses.replace(v, driver_lines=lines, is_default=v.name == default) for v in variants]
-    return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), **project)
+    variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
+    flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
+    return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
+
+
+def _flavor(name: str, table: dict, variant_names: list[str], path: Path) -> Flavor:
+    where = f"flavors.{name}"
+    fields = _typed(table, {"description": str, "size_budget_extra_gb": float}, where, path)
+    lines = table.get("lines")
+    if not isinstance(lines, list) or not lines or not all(line in variant_names for line in lines):
+        raise MatrixError(f"{path}: [{where}] lines must list variants of the matrix (it has {', '.join(variant_names)})")
+    packages = table.get("packages")
+    if not isinstance(packages, dict) or not packages or not all(isinstance(v, str) for v in packages.values()):
+        raise MatrixError(f"{path}: [{where}.packages] must map package names to version strings")
+    gate = table.get("gate")
+    if not isinstance(gate, dict):
+        raise MatrixError(f"{path}: [{where}.gate] must be a table of the gate's settings")
+    return Flavor(name=name, lines=tuple(lines), packages=tuple(sorted(packages.items())), gate=tuple(gate.items()), **fields)
 
 
 def variant_name(torch: str, cuda: str) -> str:
@@ -236,7 +299,12 @@ def _version_matches(requested: str, pinned: str) -> bool:
     return pinned.split(".")[: len(req)] == req
 
 
-def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Variant:
+def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None, flavor: str = "base") -> Variant:
+    """The variant for a CUDA line (and torch), in `flavor` (see Matrix.flavored)."""
+    return matrix.flavored(resolve_base(matrix, cuda, torch), flavor)
+
+
+def resolve_base(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Variant:
     """Pick the variant for a requested CUDA line (and optionally torch version).
 
     Raises UsageError with one line that says what exists instead.

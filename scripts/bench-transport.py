@@ -22,6 +22,7 @@ variant's moving tag as `make image` leaves it (proven-torch:2.9-cu128 or so).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -66,6 +67,7 @@ class Registry:
     def __init__(self, root: Path):
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
+        self.data = root / f"data-{self.port}"
         config = root / f"registry-{self.port}.yml"
         config.write_text(
             f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / f'data-{self.port}'}\n"
@@ -89,6 +91,7 @@ class Registry:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def layer_stats(manifest: dict) -> dict:
@@ -123,6 +126,7 @@ class SecondDocker:
     """A second Docker Engine (the same 20.10) with an empty store: a cold `docker pull`."""
 
     def __init__(self, root: Path):
+        root.mkdir(parents=True, exist_ok=True)
         self.socket = f"unix://{root}/docker.sock"
         self.proc = subprocess.Popen(
             ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(root / "pid"),
@@ -143,6 +147,82 @@ class SecondDocker:
         self.proc.wait(timeout=60)
 
 
+def gzip_phase(client, image, work: Path) -> dict:
+    registry = Registry(work)
+    ref = f"{registry.host}/{REPO}"
+    image.tag(ref, "gzip")
+    try:
+        say("cold push, gzip (docker push) ...")
+        seconds, done = timed([DOCKER, "push", f"{ref}:gzip"], timeout=3600)
+        if done.returncode != 0:
+            raise SystemExit(f"docker push failed: {done.stderr.strip()[-300:]}")
+        out = {"cold_push_seconds": round(seconds, 1), **layer_stats(registry.manifest("gzip"))}
+        say(f"  {seconds:.0f} s; cold pull with containerd ...")
+        out["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{ref}:gzip"), 1)
+        say("cold pull with a second, empty Docker Engine, then the smoke suite in what it pulled ...")
+        second = SecondDocker(work / "docker2-gzip")
+        try:
+            seconds, done = second.docker("pull", f"{ref}:gzip")
+            if done.returncode != 0:
+                raise SystemExit(f"docker pull (second daemon) failed: {done.stderr.strip()[-300:]}")
+            out["docker_cold_pull_seconds"] = round(seconds, 1)
+            out["docker_version"] = second.docker("version", "--format", "{{.Server.Version}}")[1].stdout.strip()
+            out["docker_pulled_image_id"] = second.docker("image", "inspect", "--format", "{{.Id}}", f"{ref}:gzip")[
+                1
+            ].stdout.strip()
+            _, smoke = second.docker("run", "--rm", "--network", "none", f"{ref}:gzip", "python", "-m", "smoke", timeout=900)
+            out["docker_pulled_smoke_exit"] = smoke.returncode
+        finally:
+            second.stop()
+            shutil.rmtree(work / "docker2-gzip", ignore_errors=True)
+        return out
+    finally:
+        registry.stop()
+        run([DOCKER, "rmi", f"{ref}:gzip"])
+
+
+def zstd_phase(client, image, work: Path) -> dict:
+    registry = Registry(work)
+    ref = f"{registry.host}/{REPO}"
+    image.tag(ref, "cold")
+    changed = None
+    try:
+        say("cold push, zstd (skopeo, build.py --compression zstd) ...")
+        start = time.monotonic()
+        digest = push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
+        seconds = time.monotonic() - start
+        out = {"cold_push_seconds": round(seconds, 1), "level": push.ZSTD_LEVEL, **layer_stats(registry.manifest("zstd"))}
+        say(f"  {seconds:.0f} s; a one-file change, re-pushed ...")
+        before = {layer["digest"] for layer in registry.manifest("zstd")["layers"]}
+        dockerfile = f"FROM {image.id}\nRUN echo '# bench' >> /opt/proven-torch/smoke/__init__.py\n"
+        changed = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, labels={"io.proven-torch.role": "test"})[
+            0
+        ]
+        changed.tag(ref, "changed")
+        start = time.monotonic()
+        push.push_tag_zstd(client, changed.id, ref, "changed", "changed")
+        manifest = registry.manifest("changed")
+        out["repush_after_one_file_change_seconds"] = round(time.monotonic() - start, 1)
+        out["repush_after_one_file_change_bytes"] = sum(
+            int(layer["size"]) for layer in manifest["layers"] if layer["digest"] not in before
+        ) + int(manifest["config"]["size"])
+        say("cold pull with containerd ...")
+        out["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{ref}@{digest}"), 1)
+        say("the same Docker Engine 20.10, pulling zstd ...")
+        second = SecondDocker(work / "docker2-zstd")
+        try:
+            _, done = second.docker("pull", f"{ref}:zstd", timeout=1800)
+            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+            out["docker_20_10_pull"] = "pulled" if done.returncode == 0 else f"failed: {last[:200]}"
+        finally:
+            second.stop()
+            shutil.rmtree(work / "docker2-zstd", ignore_errors=True)
+        return out
+    finally:
+        registry.stop()
+        run([DOCKER, "rmi", f"{ref}:cold", f"{ref}:changed"])
+
+
 def main() -> int:
     matrix = load_matrix()
     default = next(v for v in matrix.variants if v.is_default)
@@ -156,69 +236,12 @@ def main() -> int:
     image = client.images.get(args.image)
     result: dict = {"image": args.image, "image_id": image.id, "uncompressed_bytes": int(image.attrs["Size"])}
     work = Path(tempfile.mkdtemp(prefix="bench-transport-", dir="/var/tmp"))
-    gzip_reg, zstd_reg = Registry(work), Registry(work)
+    # Two phases, gzip then zstd, each with its own empty registry that is deleted at the end
+    # of its phase: the disk holds one compressed copy and one unpacked pull at a time.
     try:
-        # --- cold pushes, each into an empty registry ------------------------------------
-        gzip_ref, zstd_ref = f"{gzip_reg.host}/{REPO}", f"{zstd_reg.host}/{REPO}"
-        image.tag(gzip_ref, "gzip")
-        image.tag(zstd_ref, "cold")
-        say("cold push, gzip (docker push) ...")
-        seconds, done = timed([DOCKER, "push", f"{gzip_ref}:gzip"], timeout=3600)
-        if done.returncode != 0:
-            raise SystemExit(f"docker push failed: {done.stderr.strip()[-300:]}")
-        result["gzip"] = {"cold_push_seconds": round(seconds, 1), **layer_stats(gzip_reg.manifest("gzip"))}
-        say(f"  {seconds:.0f} s")
-        say("cold push, zstd (skopeo, build.py --compression zstd) ...")
-        start = time.monotonic()
-        zstd_digest = push.push_tag_zstd(client, image.id, zstd_ref, "cold", "zstd")
-        seconds = time.monotonic() - start
-        result["zstd"] = {
-            "cold_push_seconds": round(seconds, 1),
-            "level": push.ZSTD_LEVEL,
-            **layer_stats(zstd_reg.manifest("zstd")),
-        }
-        say(f"  {seconds:.0f} s")
-
-        # --- a one-file change, re-pushed with zstd ----------------------------------------
-        before = {layer["digest"] for layer in zstd_reg.manifest("zstd")["layers"]}
-        changed = client.images.build(
-            fileobj=__import__("io").BytesIO(f"FROM {image.id}\nRUN echo '# bench' >> /opt/proven-torch/smoke/__init__.py\n".encode()),
-            rm=True, labels={"io.proven-torch.role": "test"},
-        )[0]  # fmt: skip
-        changed.tag(zstd_ref, "changed")
-        start = time.monotonic()
-        push.push_tag_zstd(client, changed.id, zstd_ref, "changed", "changed")
-        manifest = zstd_reg.manifest("changed")
-        result["zstd"]["repush_after_one_file_change_seconds"] = round(time.monotonic() - start, 1)
-        result["zstd"]["repush_after_one_file_change_bytes"] = sum(
-            int(layer["size"]) for layer in manifest["layers"] if layer["digest"] not in before
-        ) + int(manifest["config"]["size"])
-
-        # --- cold pulls ---------------------------------------------------------------------
-        say("cold pull with containerd: gzip, then zstd ...")
-        result["gzip"]["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{gzip_ref}:gzip"), 1)
-        result["zstd"]["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{zstd_ref}@{zstd_digest}"), 1)
-        say("cold pull with a second, empty Docker Engine 20.10 ...")
-        second = SecondDocker(work / "docker2")
-        try:
-            seconds, done = second.docker("pull", f"{gzip_ref}:gzip")
-            result["gzip"]["docker_cold_pull_seconds"] = round(seconds, 1) if done.returncode == 0 else None
-            _, smoke = second.docker("run", "--rm", "--network", "none", f"{gzip_ref}:gzip", "python", "-m", "smoke", timeout=900)
-            result["gzip"]["docker_pulled_smoke_exit"] = smoke.returncode
-            result["gzip"]["docker_pulled_image_id"] = second.docker(
-                "image", "inspect", "--format", "{{.Id}}", f"{gzip_ref}:gzip"
-            )[1].stdout.strip()
-            _, done = second.docker("pull", f"{zstd_ref}:zstd", timeout=1800)
-            last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-            result["zstd"]["docker_20_10_pull"] = "pulled" if done.returncode == 0 else f"failed: {last[:200]}"
-            result["docker_version"] = second.docker("version", "--format", "{{.Server.Version}}")[1].stdout.strip()
-        finally:
-            second.stop()
+        result["gzip"] = gzip_phase(client, image, work)
+        result["zstd"] = zstd_phase(client, image, work)
     finally:
-        gzip_reg.stop()
-        zstd_reg.stop()
-        for ref in (f"{gzip_reg.host}/{REPO}:gzip", f"{zstd_reg.host}/{REPO}:cold", f"{zstd_reg.host}/{REPO}:changed"):
-            run([DOCKER, "rmi", ref])
         shutil.rmtree(work, ignore_errors=True)
 
     gz, zs = result["gzip"], result["zstd"]

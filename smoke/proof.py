@@ -161,6 +161,21 @@ def ppo_command(gate: dict, device: str, out_dir: Path) -> list[str]:
     return cmd + (["--require-gpu"] if device == "cuda" else [])
 
 
+def flavor_gate_command(flavor: str, gate: dict, out_dir: Path) -> list[str]:
+    """A flavor's gate: `python -m <flavor>_bench` with the spec's settings as its options (it picks
+    the device itself: a GPU when there is one, bf16 there, fp32 on the CPU)."""
+    options = [item for key, value in gate.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+    return [sys.executable, "-m", f"{flavor}_bench", *options, "--out", str(out_dir)]
+
+
+def flavor_gate_failure(flavor: str, result: dict, exit_code: int | None) -> str | None:
+    if exit_code == 0 and result.get("passed"):
+        return None
+    if exit_code is None:
+        return f"{flavor.upper()} gate timed out"
+    return f"{flavor.upper()} gate: " + (result.get("failure") or f"exit {exit_code}, no result")
+
+
 # --------------------------------------------------------------------------- effects
 
 
@@ -293,6 +308,19 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
             runs["cpu"] = cpu
             if cpu.get("sps_end_to_end") and result.get("sps_end_to_end"):
                 record["gpu_cpu_sps_ratio"] = round(result["sps_end_to_end"] / cpu["sps_end_to_end"], 2)
+    flavor = spec.get("flavor")
+    if flavor and not failures:  # a flavor's own gate, after everything the base proves
+        print(f"==> {flavor.upper()} gate (the {flavor} flavor's own)", file=out, flush=True)
+        gate_dir = out_dir / flavor
+        code = run_streamed(flavor_gate_command(flavor, spec[f"{flavor}_gate"], gate_dir), args.ppo_timeout, out)
+        try:
+            result = json.loads((gate_dir / "result.json").read_text())
+        except (OSError, ValueError):
+            result = {}
+        record[flavor] = result
+        problem = flavor_gate_failure(flavor, result, code)
+        if problem:
+            failures.append(problem)
     comparison = release_comparison(load_release(), runs)
     record["release_comparison"] = comparison
     if runs:

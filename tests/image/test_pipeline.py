@@ -293,7 +293,7 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, tmp_path):
 
 def _copy_context(dest):
     """A copy of the build context, to change without touching the checkout."""
-    for folder in ("container", "smoke", "ppo_bench", "images/locks", "images/expect"):
+    for folder in ("container", "smoke", "ppo_bench", "rlhf_bench", "notebooks", "images/locks", "images/expect"):
         shutil.copytree(REPO_ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / ".dockerignore", dest)
     return dest

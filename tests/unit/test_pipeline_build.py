@@ -102,6 +102,7 @@ _UPSTREAM_TABLES = {"smoke/rules.py": "CUDA_MAJOR_MIN_DRIVER"}
 def _matrix_pins() -> set[str]:
     matrix = load_matrix()
     pins = {version for _, version in matrix.packages}
+    pins |= {version for flavor in matrix.flavors for _, version in flavor.packages}
     for v in matrix.variants:
         pins |= {v.torch, v.torchvision, v.torchaudio, str(v.cudnn), v.nccl, v.min_driver}
     return pins

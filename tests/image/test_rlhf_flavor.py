@@ -1,0 +1,105 @@
+"""The rlhf flavor of the default line through the real pipeline: built FROM the base
+image (cached layers), validated with everything the base proves plus the RLHF gate,
+tagged with its flavor and pushed to the registry on 127.0.0.1, where only the
+flavor's layers are new. A gate that cannot pass (learning rate 0) tags nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+
+from pipeline.errors import ValidationFailed
+from pipeline.render import AdvisoryInputs, render_spec
+from pipeline.run import BuildConfig, Target, run, validate_and_tag
+from pipeline.variants import resolve
+from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
+from tests.image.tracked_container import TrackedContainer
+
+pytestmark = pytest.mark.image
+
+REPO = "proven-torch-test"
+
+
+@pytest.fixture(scope="module")
+def rlhf(matrix):
+    return resolve(matrix, matrix.default_cuda, flavor="rlhf")
+
+
+@pytest.fixture(scope="module")
+def rlhf_run(docker, matrix, rlhf, pipeline_run, tmp_path_factory):
+    """The flavor built, validated and pushed after the base (pipeline_run) reached the same repository."""
+    if pipeline_run is None:
+        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
+    config = BuildConfig(
+        matrix=matrix, variant=rlhf, push=True, registry=REGISTRY, repo=REPO, ca_cert=ca_cert(),
+        allow_cpu_validation=True, report_dir=tmp_path_factory.mktemp("rlhf-reports"),
+    )  # fmt: skip
+    return run(config)
+
+
+@pytest.fixture(scope="module")
+def report(rlhf_run):
+    return json.loads(rlhf_run.report_path.read_text())
+
+
+def test_the_flavor_is_validated_with_the_rlhf_gate_and_tagged_with_its_name(rlhf_run, report, rlhf):
+    assert report["status"] == "pushed" and report["validation"]["ok"] is True
+    proof = json.loads(rlhf_run.report_path.with_name("proof.json").read_text())
+    gate = proof["rlhf"]
+    assert gate["passed"] is True and gate["gain"] >= rlhf.spec()["rlhf_gate"]["min_gain"]
+    assert proof["ppo"]["solved"] is True  # everything the base proves, first
+    immutable, moving = rlhf_run.tags[0], rlhf_run.tags[1:]
+    assert immutable.endswith("-rlhf") and moving == [f"{rlhf.torch_minor}-cu128-rlhf"]
+
+
+def test_only_the_flavors_layers_are_new_in_the_registry(rlhf_run, pipeline_run):
+    base = registry_manifest(f"{REGISTRY}/{REPO}:{pipeline_run.tags[0]}").json()["layers"]
+    flavor = registry_manifest(f"{REGISTRY}/{REPO}:{rlhf_run.tags[0]}").json()["layers"]
+    assert [layer["digest"] for layer in flavor[: len(base)]] == [layer["digest"] for layer in base]  # byte-identical
+    new = flavor[len(base) :]
+    assert 1 <= len(new) <= 3, [layer["size"] for layer in new]  # the lock file, the packages, the spec
+    print(f"rlhf flavor: {len(new)} new layer(s), {sum(layer['size'] for layer in new) / 1e6:.0f} MB compressed")
+
+
+def test_importing_torch_after_the_rlhf_stack_gives_the_pinned_build(docker, rlhf_run, rlhf):
+    code = "import trl, transformers, peft, accelerate, datasets, torch; print(torch.__version__)"
+    with TrackedContainer(docker, rlhf_run.stamped_id, command=["python", "-c", code]) as container:
+        container.start()
+        assert container.wait_exit(timeout=120) == 0, container.logs()[-2000:]
+        assert container.logs().strip().splitlines()[-1].startswith(rlhf.torch)
+
+
+def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
+    """Learning rate 0: the reward cannot rise; validation fails at the RLHF gate and tags nothing."""
+    gate = dict(rlhf.flavor_gate) | {"learning_rate": 0.0}
+    frozen = dataclasses.replace(rlhf, flavor_gate=tuple(gate.items()))
+    spec = render_spec(frozen, AdvisoryInputs.load())
+    dockerfile = f"FROM {rlhf_run.validated_id}\nUSER 0\nRUN printf '%s' {json.dumps(spec)!r} > /opt/proven-torch/expect.json\nUSER 1000:100\n"
+    image, _ = docker.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"}
+    )
+    target = Target(variant=frozen, run_dir=tmp_path, ref="proven-torch-test-bad", date="20000101", created="test",
+                    revision="test", ca_cert=ca_cert())  # fmt: skip
+    try:
+        with pytest.raises(ValidationFailed, match="RLHF gate"):
+            validate_and_tag(docker, image.id, 0, target)
+        assert docker.images.get(image.id).tags == []
+        assert json.loads((tmp_path / "report.json").read_text())["status"] == "failed"
+    finally:
+        docker.images.remove(image.id, force=True)
+
+
+@pytest.mark.parametrize("notebook", ["ppo-cartpole.ipynb", "rlhf-grpo.ipynb"])
+def test_the_example_notebooks_run_headless_in_the_image(docker, rlhf_run, notebook):
+    """Each flavor's example runs top to bottom with Jupyter's own notebook client (nbclient) in the image."""
+    cmd = ["bash", "-c", f"cp /opt/proven-torch/notebooks/{notebook} /tmp/ && cd /tmp && "
+           f"jupyter execute --output=/tmp/out.ipynb {notebook} && python -c \"import json; "
+           f"nb = json.load(open('/tmp/out.ipynb')); print(sum(1 for c in nb['cells'] if c.get('outputs')))\""]  # fmt: skip
+    with TrackedContainer(docker, rlhf_run.stamped_id, command=cmd) as container:
+        container.start()
+        assert container.wait_exit(timeout=300) == 0, container.logs()[-3000:]
+        assert int(container.logs().strip().splitlines()[-1]) >= 1  # cells ran and produced output
