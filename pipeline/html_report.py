@@ -181,6 +181,16 @@ def render_page(report: dict, run_dir: Path) -> str:
             parts.append("<p><img id='curve' src='ppo/learning_curve.png' alt='learning curve'></p>")
     else:
         parts.append("<p>not run</p>")
+    rlhf = (validation.get("proof") or {}).get("rlhf")
+    if rlhf:  # the rlhf flavor's gate, beside the PPO curve
+        parts.append("<h2>RLHF gate (GRPO)</h2><table id='rlhf'>" + _rows([
+            ("passed", _status("pass" if rlhf.get("passed") else "fail")),
+            ("mean reward, first / last window", _join(rlhf.get("first_window_mean"), rlhf.get("last_window_mean"))),
+            ("gain / required", _join(rlhf.get("gain"), rlhf.get("min_gain"))),
+            ("failure", _e(rlhf.get("failure") or "none")),
+        ]) + "</table>")  # fmt: skip
+        if (run_dir / "rlhf" / "reward_curve.png").exists():
+            parts.append("<p><img id='reward-curve' src='rlhf/reward_curve.png' alt='reward curve'></p>")
     hygiene = validation.get("hygiene")
     parts.append("<h2>Hygiene scan</h2>")
     parts.append("<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>" if hygiene == [] else
