@@ -52,13 +52,13 @@ def test_the_flavor_is_validated_with_the_rlhf_gate_and_tagged_with_its_name(rlh
     gate = proof["rlhf"]
     assert gate["passed"] is True and gate["gain"] >= rlhf.spec()["rlhf_gate"]["min_gain"]
     assert proof["ppo"]["solved"] is True  # everything the base proves, first
-    immutable, moving = rlhf_run.tags[0], rlhf_run.tags[1:]
-    assert immutable.endswith("-rlhf") and moving == [f"{rlhf.torch_minor}-cu128-rlhf"]
+    tags = [ref.rsplit(":", 1)[1] for ref in rlhf_run.tags]  # the run gives full references
+    assert tags[0].endswith("-rlhf") and tags[1:] == [f"{rlhf.torch_minor}-cu128-rlhf"]
 
 
 def test_only_the_flavors_layers_are_new_in_the_registry(rlhf_run, pipeline_run):
-    base = registry_manifest(f"{REGISTRY}/{REPO}:{pipeline_run.tags[0]}").json()["layers"]
-    flavor = registry_manifest(f"{REGISTRY}/{REPO}:{rlhf_run.tags[0]}").json()["layers"]
+    base = registry_manifest(pipeline_run.tags[0]).json()["layers"]
+    flavor = registry_manifest(rlhf_run.tags[0]).json()["layers"]
     assert [layer["digest"] for layer in flavor[: len(base)]] == [layer["digest"] for layer in base]  # byte-identical
     new = flavor[len(base) :]
     assert 1 <= len(new) <= 3, [layer["size"] for layer in new]  # the lock file, the packages, the spec
