@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import tarfile
 
 import pytest
 
@@ -77,11 +78,16 @@ def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
     """Learning rate 0: the reward cannot rise; validation fails at the RLHF gate and tags nothing."""
     gate = dict(rlhf.flavor_gate) | {"learning_rate": 0.0}
     frozen = dataclasses.replace(rlhf, flavor_gate=tuple(gate.items()))
-    spec = render_spec(frozen, AdvisoryInputs.load())
-    dockerfile = f"FROM {rlhf_run.validated_id}\nUSER 0\nRUN printf '%s' {json.dumps(spec)!r} > /opt/proven-torch/expect.json\nUSER 1000:100\n"
-    image, _ = docker.images.build(
-        fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"}
-    )
+    spec = render_spec(frozen, AdvisoryInputs.load()).encode()
+    dockerfile = f"FROM {rlhf_run.validated_id}\nCOPY expect.json /opt/proven-torch/expect.json\n".encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile), ("expect.json", spec)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = docker.images.build(fileobj=context, custom_context=True, rm=True, labels={"io.proven-torch.role": "test"})
     target = Target(variant=frozen, run_dir=tmp_path, ref="proven-torch-test-bad", date="20000101", created="test",
                     revision="test", ca_cert=ca_cert())  # fmt: skip
     try:
