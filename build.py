@@ -136,7 +136,8 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="PACKAGE",
         action="append",
         help="with list: print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), "
-        "e.g. gymnasium==X.Y.Z; repeat it for several (the host venv shares them)",
+        "e.g. gymnasium==X.Y.Z, or every line of a flavor when PACKAGE names one (rlhf); repeat it for "
+        "several (the host venv shares them)",
     )
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
@@ -200,11 +201,16 @@ def matrix_json(matrix) -> str:
 
 def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: list[str] | None = None) -> int:
     if pin:  # host tools that must match the image (the unit tests run the image's gymnasium and TRL)
-        versions = dict(matrix.packages) | {name: v for flavor in matrix.flavors for name, v in flavor.packages}
-        unknown = [name for name in pin if name not in versions]
-        if unknown:
-            raise UsageError(f"--pin {unknown[0]}: not a package of images/variants.toml (it has: {', '.join(versions)})")
-        print("\n".join(f"{name}=={versions[name]}" for name in pin))
+        flavors = {flavor.name: dict(flavor.packages) for flavor in matrix.flavors}
+        versions = dict(matrix.packages) | {name: v for packages in flavors.values() for name, v in packages.items()}
+        lines = []
+        for name in pin:
+            if name not in versions and name not in flavors:
+                raise UsageError(
+                    f"--pin {name}: not a package or flavor of images/variants.toml (packages: {', '.join(versions)})"
+                )
+            lines += [f"{n}=={v}" for n, v in flavors.get(name, {name: versions.get(name)}).items()]
+        print("\n".join(lines))
         return 0
     if default:  # what scripts build by default: Dockerfile.<this>, images/expect/<this>.json
         print(next(v.name for v in matrix.variants if v.is_default))

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pipeline.errors import BuildFailed, UsageError
 from pipeline.variants import REPO_ROOT, Matrix, Variant
+from smoke.rules import normalize_name
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
 PLATFORM = "x86_64-manylinux_2_36"  # Debian bookworm's glibc 2.36
@@ -69,12 +70,8 @@ def base_pins(variant: Variant, root: Path = LOCK_ROOT) -> dict[str, str]:
     for file, _ in LAYERS:
         for line in (root / variant.base_name / file).read_text().splitlines():
             if match := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;\\]+)", line):
-                pins[_norm(match.group(1))] = match.group(2)
+                pins[normalize_name(match.group(1))] = match.group(2)
     return pins
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirements_in(variant: Variant) -> str:
@@ -132,9 +129,7 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
     if variant.flavor == "base":
         return result.stdout
     base = base_pins(variant)
-    blocks = split_lock(result.stdout, (("all", r".*"),))["all"]
-    kept = [block for block in _blocks(blocks) if _norm(block[0]) not in base]
-    return "".join(text for _, text in kept)
+    return "".join(block for name, block in _blocks(result.stdout) if name not in base)
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
@@ -142,7 +137,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     blocks: list[tuple[str, str]] = []
     for line in text.splitlines(keepends=True):
         if re.match(r"^[A-Za-z0-9]", line):
-            blocks.append((re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-"), line))
+            blocks.append((normalize_name(re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0]), line))
         elif blocks and line.strip():
             blocks[-1] = (blocks[-1][0], blocks[-1][1] + line)
     return blocks

@@ -1,8 +1,8 @@
 """`python -m rlhf_bench ...`: the rlhf flavor's gate, a tiny offline GRPO run that must
 raise its mean reward, save the policy, reload it and generate.
 
-The gate's defaults, and why (measured on the 2-core CPU build machine, fp32, with
-torch 2.13, transformers 5.24.0, TRL 1.16.0, accelerate 1.16.0):
+The gate's defaults, and why (measured on the 2-core CPU build machine, fp32, with the
+host venv's CPU torch and the rlhf flavor's pins from images/variants.toml):
 * 60 GRPO steps at a constant learning rate of 3e-3, 8 completions of 8 tokens per
   step (one prompt's group), seed 0. About 1.5 s of training on one process.
 * The verdict compares the mean reward of the first 10 steps with that of the last 10;

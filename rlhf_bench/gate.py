@@ -118,7 +118,7 @@ def run_gate(cfg: grpo.RunConfig) -> dict:
         "failure": None if failure is None else str(failure),
         "exit_code": 0 if failure is None else failure.exit_code,
         "algorithm": "GRPO (trl.GRPOTrainer, beta 0)",
-        "ppo": "not run: TRL 1.16 has no PPOTrainer",
+        "ppo": f"not run: TRL {metadata.version('trl')} has no PPOTrainer",
         "rewards": rewards,
         "window": cfg.window,
         "first_window_mean": first,

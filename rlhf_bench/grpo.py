@@ -14,8 +14,8 @@ transformers is imported; `check_offline()` verifies it):
   character ("a"); a random policy scores about 0.04 (one token in 31);
 * prompts: random lowercase strings, made in memory with datasets.Dataset.from_dict;
 * TRL's GRPOTrainer (group-relative advantages over `NUM_GENERATIONS` completions per
-  prompt, no KL term: beta 0, so no reference model). TRL 1.16 has no PPOTrainer (it
-  was removed from TRL), so GRPO is the only RL trainer this gate runs.
+  prompt, no KL term: beta 0, so no reference model). The pinned TRL has no PPOTrainer
+  (it was removed from TRL), so GRPO is the only RL trainer this gate runs.
 
 fp32 on the CPU; on a GPU bf16 mixed precision (GRPOConfig(bf16=True): bf16 autocast
 over fp32 weights). The GPU path has not been run yet: the settings and the margin were

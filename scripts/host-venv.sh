@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shared=(--pin gymnasium --pin transformers --pin trl --pin accelerate --pin peft --pin datasets)
+shared=(--pin gymnasium --pin rlhf)  # a flavor's name stands for all its packages
 wanted=$(cat requirements-dev.txt; python3 build.py list "${shared[@]}")
 if [[ -x .venv/bin/python ]] && [[ "$wanted" == "$(cat .venv/.requirements 2>/dev/null)" ]]; then
     exit 0

@@ -94,7 +94,7 @@ def test_unknown_placeholder_fails(matrix, cu128):
 # (gymnasium) takes its version from the matrix. The one exception is
 # smoke/rules.py's table of NVIDIA's driver floors, an upstream fact the matrix
 # is checked against (test_pipeline_variants.test_driver_floors_are_nvidias).
-_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "container", "scripts", "tests", ".ci", ".github")
+_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "rlhf_bench", "notebooks", "container", "scripts", "tests", ".ci", ".github")
 _CODE_FILES = ("Makefile", "build.py", ".dockerignore", ".hadolint.yaml", "pytest.ini", "requirements-dev.txt")
 _UPSTREAM_TABLES = {"smoke/rules.py": "CUDA_MAJOR_MIN_DRIVER"}
 
@@ -111,7 +111,11 @@ def _matrix_pins() -> set[str]:
 def _pin_files():
     for folder in _CODE_DIRS:
         for path in sorted((REPO_ROOT / folder).rglob("*")):
-            if path.is_file() and path.suffix in {".py", ".sh", ".yml", ".yaml", ".conf", ""} and "__pycache__" not in path.parts:
+            if (
+                path.is_file()
+                and path.suffix in {".py", ".sh", ".yml", ".yaml", ".conf", ".ipynb", ""}
+                and "__pycache__" not in path.parts
+            ):
                 yield path
     yield from (REPO_ROOT / name for name in _CODE_FILES)
 

@@ -90,5 +90,7 @@ def test_list_pin_prints_flavor_pins_and_refuses_unknown_ones(matrix):
     name, version = flavor.packages[0]
     done = subprocess.run([sys.executable, "build.py", "list", "--pin", name], capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.stdout == f"{name}=={version}\n"
+    whole = subprocess.run([sys.executable, "build.py", "list", "--pin", "rlhf"], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert whole.stdout.splitlines() == [f"{n}=={v}" for n, v in flavor.packages]
     bad = subprocess.run([sys.executable, "build.py", "list", "--pin", "nope"], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert bad.returncode == 2 and "--pin nope: not a package" in bad.stderr
+    assert bad.returncode == 2 and "--pin nope: not a package or flavor" in bad.stderr
