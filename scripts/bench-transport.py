@@ -143,6 +143,12 @@ class SecondDocker:
             time.sleep(0.5)
         raise SystemExit(f"second dockerd did not start; see {root / 'dockerd.log'}")
 
+    def __enter__(self) -> SecondDocker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def docker(self, *args: str, timeout: int = 1800) -> tuple[float, subprocess.CompletedProcess]:
         return timed([DOCKER, "-H", self.socket, *args], timeout=timeout)
 
@@ -180,8 +186,7 @@ def gzip_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             out["docker_cold_pull_seconds"] = "not run (--no-docker-pull)"
             return out
         say("cold pull with a second, empty Docker Engine, then the smoke suite in what it pulled ...")
-        second = SecondDocker(work / "docker2-gzip")
-        try:
+        with SecondDocker(work / "docker2-gzip") as second:
             seconds, done = second.docker("pull", f"{ref}:gzip")
             if done.returncode != 0:
                 raise SystemExit(f"docker pull (second daemon) failed: {done.stderr.strip()[-300:]}")
@@ -192,8 +197,6 @@ def gzip_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             ].stdout.strip()
             _, smoke = second.docker("run", "--rm", "--network", "none", f"{ref}:gzip", "python", "-m", "smoke", timeout=900)
             out["docker_pulled_smoke_exit"] = smoke.returncode
-        finally:
-            second.stop()
         return out
     finally:
         registry.stop()
@@ -231,13 +234,10 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             out["docker_20_10_pull"] = "not run (--no-docker-pull)"
             return out
         say("the same Docker Engine 20.10, pulling zstd ...")
-        second = SecondDocker(work / "docker2-zstd")
-        try:
+        with SecondDocker(work / "docker2-zstd") as second:
             _, done = second.docker("pull", f"{ref}:zstd", timeout=1800)
             last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
             out["docker_20_10_pull"] = "pulled" if done.returncode == 0 else f"failed: {last[:200]}"
-        finally:
-            second.stop()
         return out
     finally:
         registry.stop()
