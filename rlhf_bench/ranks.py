@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 
 from rlhf_bench.errors import ConfigError, RanksError
+from smoke import procs
 
 
 def free_port() -> int:
@@ -122,7 +122,7 @@ def launch(cfg, device: str) -> dict:
         try:
             rc = proc.wait(timeout=cfg.timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            procs.stop_tree(proc)  # the launcher and every rank below it
             raise RanksError(
                 f"the {cfg.processes}-process run did not finish within {cfg.timeout:g} s and was killed "
                 f"(see {log_path}; raise --timeout on a slow machine)"
@@ -155,20 +155,6 @@ def launch(cfg, device: str) -> dict:
             f"{run['ranks']['world_size']} (see {log_path})"
         )
     return run
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the launch's process group, SIGKILL it if it is still there 10 s later."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _last_error(log_path: Path) -> str:

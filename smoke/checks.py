@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from smoke import rules
+from smoke import procs, rules
 from smoke.expect import BAKED_SPEC
 
 DIST_TIMEOUT_S = 120.0
@@ -290,7 +289,7 @@ class Finished:
 
 
 def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: str | None = None) -> Finished:
-    """Run `cmd` in its own process group; kill the whole group at the deadline."""
+    """Run `cmd` in its own session; at the deadline stop it and every process it started (smoke.procs)."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
     )
@@ -298,7 +297,7 @@ def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: st
         out, err = proc.communicate(timeout=timeout)
         return Finished(proc.returncode, out, err)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        procs.stop_tree(proc, grace=0)
         out, err = proc.communicate()
         return Finished(None, out, err)
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from smoke import cli, facts, rules
+from smoke import cli, facts, procs, rules
 from smoke.expect import UsageError, load_spec
 
 EXIT_PROVEN, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
@@ -205,15 +205,18 @@ def load_release() -> dict | None:
 
 
 def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  | ") -> int | None:
-    """Run `cmd`, copying its output line by line; None when killed at the deadline."""
+    """Run `cmd`, copying its output line by line; None when stopped at the deadline. At the deadline
+    (or on any error here) the command and every process it started are stopped, those a launcher put
+    in sessions of their own included (smoke.procs)."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.checks.package_env(), errors="replace"
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.checks.package_env(), errors="replace",
+        start_new_session=True,
+    )  # fmt: skip
     killed = threading.Event()
 
     def kill() -> None:
         killed.set()
-        proc.kill()
+        procs.stop_tree(proc)
 
     timer = threading.Timer(timeout, kill)
     timer.start()
@@ -225,8 +228,7 @@ def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  |
     finally:
         timer.cancel()
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            procs.stop_tree(proc, grace=2.0)
     return None if killed.is_set() else code
 
 

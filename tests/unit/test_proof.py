@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,45 @@ def test_gpu_evidence_script_runs_end_to_end_in_its_cpu_test_mode(tmp_path):
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "NOT GPU evidence" in summary and "proof: PROVEN on the CPU only" in summary
     assert "| throughput-amp-off | 0 |" in summary and "| throughput-amp-bf16 | 0 |" in summary
+
+
+# --- a timed-out gate leaves nothing running (on the host, outside any container) --------
+
+LAUNCHER = """
+import pathlib, subprocess, sys, time
+# like accelerate/torchrun under rlhf_bench: each rank in a session of its own, each with a child
+rank = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+ranks = [subprocess.Popen([sys.executable, "-c", rank], start_new_session=True) for _ in range(2)]
+time.sleep(1.5)  # the ranks' children are started
+pathlib.Path(sys.argv[1]).write_text("ready")
+print("launched", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_gate_past_its_deadline_is_stopped_with_every_process_it_started(tmp_path, monkeypatch):
+    """The bug it fixes: only the direct child was killed, so ranks in their own sessions ran on,
+    holding GPUs, after `proof` had given up."""
+    import io
+
+    from smoke import procs
+
+    launcher, ready = tmp_path / "launcher.py", tmp_path / "ready"
+    launcher.write_text(LAUNCHER)
+    monkeypatch.setattr(proof, "ppo_command", lambda gate, device, out_dir: [sys.executable, str(launcher), str(ready)])
+    seen: list[int] = []
+    real_stop = procs.stop_tree
+
+    def watching_stop(proc, grace=10.0):
+        seen.extend([proc.pid, *procs.descendants(proc.pid)])
+        real_stop(proc, grace)
+
+    monkeypatch.setattr(procs, "stop_tree", watching_stop)
+    out = io.StringIO()
+    result, code = proof.run_gate({"env_id": "CartPole-v1", "target_return": 1.0}, "cpu", tmp_path / "gate", 6.0, out)
+    assert code is None and result == {} and ready.exists() and "launched" in out.getvalue()
+    assert len(seen) == 1 + 2 + 2, seen  # the launcher, two ranks, a child of each
+    deadline = time.monotonic() + 10
+    while any(procs.alive(pid) for pid in seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in seen if procs.alive(pid)] == []
