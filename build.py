@@ -6,7 +6,7 @@
                                                      or --allow-cpu-validation)
     python build.py list                             the variant matrix
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
-    python build.py advisories --from DIR            refresh the audit's advisory snapshot
+    python build.py advisories --from DIR|ZIP        refresh the audit's advisory snapshot
 
 Nothing is tagged before validation passed; nothing is pushed that was not
 validated; what is pushed is the very image that was tested.
@@ -115,8 +115,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--from",
         dest="from_dir",
         type=Path,
-        metavar="DIR",
-        help="with advisories: a folder of OSV records (.yaml/.json), e.g. a git checkout of pypa/advisory-database",
+        metavar="DIR|ZIP",
+        help="with advisories: OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git "
+        "checkout of pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz",
     )
     parser.add_argument(
         "--as-of", metavar="YYYY-MM-DD", help="with advisories: the records' date (default: the checkout's last commit)"
@@ -146,7 +147,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def carried_advisories(matrix) -> dict[str, dict]:
-    """Per variant: the known high/critical advisories its pins carry (the snapshot and allowlist's view)."""
+    """Per variant: every known advisory it carries, whole lock (the snapshot and allowlist's view)."""
     from pipeline.render import AdvisoryInputs, advisories_section, every_variant
 
     inputs = AdvisoryInputs.load()
@@ -171,16 +172,22 @@ def variant_table_markdown(matrix) -> str:
     carried = carried_advisories(matrix)
     as_of = next(iter(carried.values()))["as_of"]
     rows = [
-        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories (as of {as_of}) | wheels from | note |",
+        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories, whole lock (as of {as_of}) | wheels from | note |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in _listed(matrix):
         name = f"**{v.name}** (default)" if v.is_default else v.name
         rows.append(
-            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {carried_text(carried[v.name])} "
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_scoped(carried[v.name])} "
             f"| {v.index} | {v.note} |"
         )
     return "\n".join(rows)
+
+
+def _scoped(section: dict) -> str:
+    """What a line carries, marked where only its pins were audited (no committed lock)."""
+    text = carried_text(section)
+    return text if section["audited"] == "the whole lock" else f"{text} (pins only: no committed lock)"
 
 
 def matrix_json(matrix) -> str:
@@ -228,12 +235,14 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: boo
         print(
             f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
-        print(f"{'':15} advisories: {carried_text(carried[v.name])}")
+        print(f"{'':15} advisories ({carried[v.name]['audited']}): {carried_text(carried[v.name])}")
         if v.note:
             print(f"{'':15} note: {v.note}")
     first = next(iter(carried.values()))
     print(
-        f"* default; advisories: high and critical, PyPA data as of {first['as_of']} (images/advisories/), accepted in images/audit-allowlist.toml"
+        f"* default; advisories: every severity, the build's audit over each line's whole lock (pins only where a "
+        f"line has no committed lock), PyPA data as of {first['as_of']} (images/advisories/); high and critical "
+        "accepted in images/audit-allowlist.toml"
     )
     return 0
 
@@ -280,7 +289,9 @@ def cmd_advisories(from_dir: Path | None, source: str, as_of: str | None) -> int
     from pipeline.validation.advisories import load_snapshot, write_snapshot
 
     if from_dir is None:
-        raise UsageError("advisories needs --from DIR, a folder of OSV records such as a checkout of pypa/advisory-database")
+        raise UsageError(
+            "advisories needs --from DIR|ZIP: a checkout of pypa/advisory-database, a folder of OSV records or osv.dev's PyPI/all.zip"
+        )
     for path in write_snapshot(from_dir, source, as_of):
         print(f"wrote {path.relative_to(REPO_ROOT)}")
     database = load_snapshot()

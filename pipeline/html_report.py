@@ -51,6 +51,13 @@ def _heading_status(report: dict) -> str:
     return _status(status)
 
 
+def _irregular(entries: list[dict] | None, key: str) -> str:
+    """'none', or one line per record: ID, package, what was read (or the raw text)."""
+    if not entries:
+        return "none"
+    return "<br>".join(f"<code>{_e(e['id'])}</code> {_e(e['package'])}: {_e('; '.join(e[key]))}" for e in entries)
+
+
 def _audit_section(audit: dict | None) -> str:
     if not audit:
         return "<p>not run</p>"
@@ -63,13 +70,13 @@ def _audit_section(audit: dict | None) -> str:
         ("advisory database", f"<code>{_e(audit.get('database'))}</code>, {_e(audit.get('records'))} records"),
         ("as of", as_of),
         ("Python packages checked", _e(audit.get("packages"))),
+        ("read by the irregular-version rule", _irregular(audit.get("read_by_rule"), "read")),
+        ("unreadable (counted as affected)", _irregular(audit.get("unreadable"), "raw")),
     ]) + "</table>"  # fmt: skip
-    rows = [(f, "") for f in audit.get("findings", [])] + [
+    rows = [(f, "; ".join(f.get("unreadable", []))) for f in audit.get("findings", [])] + [
         (
             f,
-            f"accepted until {f['expires']}: {f['reason']}"
-            + (f"; affects: {f['affects']}" if f.get("affects") else "")
-            + (f"; fixed in {f['fixed']}" if f.get("fixed") else ""),
+            f"accepted until {f['expires']}: {f['reason']}" + (f"; affects: {f['affects']}" if f.get("affects") else ""),
         )
         for f in audit.get("allowed", [])
     ]
@@ -77,10 +84,10 @@ def _audit_section(audit: dict | None) -> str:
         return table + "<p class='pass'>no known advisory matches a package in the image</p>"
     return (
         table
-        + "<table id='findings'><tr><th>advisory</th><th>package</th><th>severity</th><th>summary</th></tr>"
+        + "<table id='findings'><tr><th>advisory</th><th>package</th><th>severity</th><th>fixed</th><th>summary</th></tr>"
         + "".join(
             f"<tr><td><code>{_e(f['id'])}</code><br>{_e(', '.join(f.get('aliases', [])[:3]))}</td><td>{_e(f['package'])} {_e(f['version'])}</td>"
-            f"<td>{_e(f['severity'])}</td><td>{_e(f.get('summary'))} {_e(note)}</td></tr>"
+            f"<td>{_e(f['severity'])}</td><td>{_e(f.get('fixed'))}</td><td>{_e(f.get('summary'))} {_e(note)}</td></tr>"
             for f, note in rows
         )
         + "</table>"

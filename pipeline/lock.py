@@ -64,14 +64,29 @@ def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
     return LAYERS if variant.flavor == "base" else ((f"5-{variant.flavor}.txt", r".*"),)
 
 
-def base_pins(variant: Variant, root: Path = LOCK_ROOT) -> dict[str, str]:
-    """{name: version} of everything the flavor's base line installs, read from its lock."""
+def _read_pins(files: list[Path]) -> dict[str, str]:
     pins = {}
-    for file, _ in LAYERS:
-        for line in (root / variant.base_name / file).read_text().splitlines():
+    for path in files:
+        for line in path.read_text().splitlines():
             if match := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;\\]+)", line):
                 pins[normalize_name(match.group(1))] = match.group(2)
     return pins
+
+
+def base_pins(variant: Variant, root: Path = LOCK_ROOT) -> dict[str, str]:
+    """{name: version} of everything the flavor's base line installs, read from its lock."""
+    return _read_pins([root / variant.base_name / file for file, _ in LAYERS])
+
+
+def locked_packages(variant: Variant, root: Path = LOCK_ROOT) -> list[tuple[str, str]] | None:
+    """(name, version) of every package the line's committed lock installs (a flavor's: its base's
+    and its own); None when the line has no committed lock."""
+    files = [root / variant.base_name / file for file, _ in LAYERS]
+    if variant.flavor != "base":
+        files += [lock_dir(variant, root) / file for file, _ in layers(variant)]
+    if not all(path.exists() for path in files):
+        return None
+    return sorted(_read_pins(files).items())
 
 
 def requirements_in(variant: Variant) -> str:

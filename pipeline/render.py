@@ -113,15 +113,18 @@ class AdvisoryInputs:
 
 
 def advisories_section(variant: Variant, inputs: AdvisoryInputs) -> dict:
-    """The known high and critical advisories the line's pins carry, by the committed snapshot and allowlist."""
+    """Every known advisory the line carries, by the committed snapshot and allowlist: the build
+    gate's audit over the line's whole lock (its pins where it has no committed lock)."""
     from pipeline.validation import audit
 
     database = inputs.database
     # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
     # so the rendered file does not change with the date (the build's audit applies it).
     rows = audit.carried(variant, database.records, inputs.allowlist, today=dt.date.min)
-    keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires")
+    keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
+    _, audited = audit.audited_packages(variant)
     return {
+        "audited": "the whole lock" if audited == "lock" else "the pins only (no committed lock)",
         "database": database.source,
         "as_of": database.as_of.isoformat() if database.as_of else None,
         "summary": audit.carried_summary(rows),

@@ -177,9 +177,13 @@ def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     print(
         f"==> audit: {word if word == 'pass' else warn(word)} "
         f"({len(result['findings'])} finding(s), {len(result['allowed'])} accepted) "
-        f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}",
+        f"against {result['records']} records of {database.source}, as of {result['as_of'] or 'an unknown date'}; "
+        f"{result['read_by_rule_records']} read by the irregular-version rule, "
+        f"{result['unreadable_records']} unreadable (counted as affected)",
         flush=True,
     )
+    for entry in result["unreadable"]:
+        print(f"  │ unreadable: {entry['id']} for {entry['package']} {entry['version']}: {'; '.join(entry['raw'])}", flush=True)
     for entry in result["allowed"]:
         print(
             f"  │ accepted: {entry['id']} ({entry['severity']}) in {entry['package']} {entry['version']}, until {entry['expires']}: {entry['reason']}",

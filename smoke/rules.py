@@ -454,9 +454,13 @@ def data_age(as_of: str | None, today) -> str:
 
 
 def carried_text(section: dict) -> str:
-    """'2 high (accepted): PYSEC-..., PYSEC-...' or 'none known': what a line carries, in words."""
-    ids = ", ".join(row["id"] for row in section.get("carried", []))
-    return section.get("summary", "?") + (f": {ids}" if ids else "")
+    """'2 high (high and critical accepted): torch PYSEC-..., PYSEC-...; setuptools PYSEC-...' or
+    'none known': what a line carries, in words, grouped by package (the line's own pins first)."""
+    by_package: dict[str, list[str]] = {}
+    for row in section.get("carried", []):
+        by_package.setdefault(row["package"], []).append(row["id"])
+    listing = "; ".join(f"{package} {', '.join(ids)}" for package, ids in by_package.items())
+    return section.get("summary", "?") + (f": {listing}" if listing else "")
 
 
 def advisory_summary(section: dict | None, today) -> str:
@@ -466,7 +470,7 @@ def advisory_summary(section: dict | None, today) -> str:
     line = f"Advisories: {carried_text(section)} (PyPA data {data_age(section.get('as_of'), today)})"
     if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
         line += "; CRITICAL: never load a checkpoint you did not make with this image"
-    elif section.get("carried"):
+    elif any(row["package"] == "torch" and row["severity"] in ("HIGH", "UNKNOWN") for row in section.get("carried", [])):
         line += "; load checkpoints and pt2 archives only from sources you trust"
     return line
 
@@ -474,7 +478,18 @@ def advisory_summary(section: dict | None, today) -> str:
 def advisory_details(section: dict | None) -> list[str]:
     """One line per carried advisory: id, severity, package, fixed release, what it affects."""
     return [
-        f"  {row['id']} ({row['severity']}, {'accepted' if row.get('accepted') else 'NOT accepted'}) "
-        f"{row['package']} {row['version']}, fixed in {row.get('fixed') or '?'}: {row.get('affects') or ''}".rstrip()
+        f"  {row['id']} ({row['severity']}, {_acceptance(row)}) "
+        f"{row['package']} {row['version']}, fixed: {row.get('fixed') or '?'}{_what(row)}"
         for row in (section or {}).get("carried", [])
     ]
+
+
+def _acceptance(row: dict) -> str:
+    if row["severity"] not in ("CRITICAL", "HIGH", "UNKNOWN"):
+        return "reported"  # below HIGH: listed, never a reason to fail
+    return "accepted" if row.get("accepted") else "NOT accepted"
+
+
+def _what(row: dict) -> str:
+    text = row.get("affects") or row.get("summary") or ""
+    return f": {text}" if text else ""

@@ -2,9 +2,10 @@
 
 A normal build reads the committed snapshot, images/advisories/osv-pypi.jsonl.gz,
 described by images/advisories/snapshot.json (where it came from, as of when,
-how many records, the sha256 of the data). `python build.py advisories --from DIR`
-rewrites both from a folder of OSV records (.yaml or .json, e.g. a checkout of
-pypa/advisory-database); the output is byte-for-byte the same for the same input.
+how many records, the sha256 of the data). `python build.py advisories --from SRC`
+rewrites both from any form `--advisories` reads: a folder of OSV records (.yaml or
+.json, e.g. a checkout of pypa/advisory-database), osv.dev's PyPI/all.zip, or a
+.jsonl.gz; the output is byte-for-byte the same for the same input.
 `--advisories DIR|ZIP` replaces the snapshot with fresher records, such as
 osv.dev's PyPI/all.zip.
 """
@@ -125,26 +126,33 @@ def _git_facts(folder: Path) -> tuple[str, str] | None:
     return (out[0], out[1]) if len(out) == 2 else None
 
 
-def write_snapshot(folder: Path, source: str, as_of: str | None = None, out: Path = SNAPSHOT_DIR) -> tuple[Path, Path]:
-    """Write osv-pypi.jsonl.gz (PyPI records sorted by id, gzip without a timestamp) and snapshot.json."""
-    if not folder.is_dir():
+def write_snapshot(source_path: Path, source: str, as_of: str | None = None, out: Path = SNAPSHOT_DIR) -> tuple[Path, Path]:
+    """Write osv-pypi.jsonl.gz (PyPI records sorted by id, gzip without a timestamp) and snapshot.json
+    from any form `--advisories` reads: a folder of OSV records (a git checkout gives its revision
+    and date), OSV's PyPI all.zip, or a .jsonl.gz."""
+    if not source_path.exists():
         raise UsageError(
-            f"advisories --from {folder}: not a folder; pass a checkout of pypa/advisory-database or a folder of OSV records"
+            f"advisories --from {source_path}: no such folder or file; pass a checkout of pypa/advisory-database, "
+            "a folder of OSV records, osv.dev's PyPI/all.zip or a .jsonl.gz"
         )
-    git = _git_facts(folder)
+    git = _git_facts(source_path) if source_path.is_dir() else None
     revision = git[0] if git else None
     as_of = as_of or (git[1] if git else None)
     if as_of is None:
-        raise UsageError(f"advisories --from {folder}: not a git checkout, so pass --as-of YYYY-MM-DD (the date of the records)")
+        raise UsageError(
+            f"advisories --from {source_path}: not a git checkout, so pass --as-of YYYY-MM-DD (the date of the records)"
+        )
     try:
         dt.date.fromisoformat(as_of)
     except ValueError:
         raise UsageError(f"--as-of {as_of}: not a date; use YYYY-MM-DD") from None
     records = [
-        r for r in _read_folder(folder) if any(a.get("package", {}).get("ecosystem") == "PyPI" for a in r.get("affected", []))
+        r
+        for r in load(source_path).records
+        if any(a.get("package", {}).get("ecosystem") == "PyPI" for a in r.get("affected", []))
     ]
     if not records:
-        raise UsageError(f"advisories --from {folder}: no OSV records for PyPI found (.json or .yaml files with an id)")
+        raise UsageError(f"advisories --from {source_path}: no OSV records for PyPI found (.json or .yaml records with an id)")
     records.sort(key=lambda r: r["id"])
     lines = "".join(json.dumps(r, sort_keys=True, separators=(",", ":"), default=str) + "\n" for r in records)
     data = gzip.compress(lines.encode(), compresslevel=9, mtime=0)

@@ -1,22 +1,38 @@
 """Vulnerability audit of the image's Python packages against OSV advisories, offline.
 
 The records come from pipeline/validation/advisories.py (the committed snapshot or
-`--advisories`). Matching uses the records' version ranges and lists, with PEP
-440 ordering from `packaging`. Severity is the database's own level, else the
-CVSS v3 base rating computed from the record's vector, else UNKNOWN. High and
-critical findings fail validation unless the allowlist
+`--advisories`). Nothing is skipped for being hard to read:
+
+* Versions are PEP 440 (`packaging`). A range event that is not, but is a release
+  followed by a tag (`2.6.0-cu124`, `2.6.0-NA`: RELEASE-TAG, RELEASE at least two
+  dot-separated numbers, TAG starting with a letter), is read as its release; a
+  `fixed` read that way counts the release itself as affected (the fix may be a
+  later build of it). Several ends after one `introduced` (`last_affected: X.Y.Z-NA`
+  then a later one) close the range at the latest of them. Records read by these
+  rules are counted and listed ("read by rule").
+* An event no rule reads (a date, `7.2.0-12.1`) makes the record count as
+  affecting the package it names (conservative); it is counted, listed with the
+  record ID and the raw text, and fails like any finding of its severity.
+* Severity is the highest any record of a group states: the database's own level,
+  or the rating of a CVSS v2, v3 or v4 vector (the `cvss` library scores them).
+  UNKNOWN only where no record of the group states any.
+
+High, critical and UNKNOWN findings fail validation unless the allowlist
 (images/audit-allowlist.toml) names them with a reason and an expiry date that
-has not passed. A finding whose severity no record states (UNKNOWN) fails too:
-nothing says it is below HIGH. MEDIUM and LOW are reported and do not fail.
+has not passed. MEDIUM and LOW are reported and do not fail.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tomllib
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from cvss import CVSS2, CVSS3, CVSS4
+from cvss.exceptions import CVSSError
 from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import UsageError
@@ -25,6 +41,8 @@ from smoke.rules import normalize_name
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
 FAILING = {"HIGH", "CRITICAL", "UNKNOWN"}  # UNKNOWN: no record says it is below HIGH
+_RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
+NO_FIX = "no fix stated"
 
 
 MAX_ALLOW_DAYS = 184  # an accepted finding is looked at again within six months
@@ -73,59 +91,98 @@ def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) ->
     return entries
 
 
-def _in_range(version: Version, events: list[dict]) -> bool:
-    """OSV ECOSYSTEM range semantics: introduced opens, fixed / last_affected close."""
-    affected = False
-    for event in sorted(events, key=lambda e: _event_key(e)):
-        if "introduced" in event:
-            start = event["introduced"]
-            if start == "0" or version >= Version(start):
-                affected = True
-        elif "fixed" in event and version >= Version(event["fixed"]):
-            affected = False
-        elif "last_affected" in event and version > Version(event["last_affected"]):
-            affected = False
-    return affected
+# RELEASE-TAG: a release of at least two numbers, then a tag that starts with a letter.
+_TAGGED = re.compile(r"(?P<release>\d+(?:\.\d+)+)-(?P<tag>[A-Za-z].*)")
+_CLOSING = ("fixed", "last_affected")
 
 
-def _event_key(event: dict) -> Version:
-    value = next(iter(event.values()))
+@dataclass(frozen=True)
+class Reading:
+    """How one record's data about one package was read, and what it says of the version."""
+
+    affected: bool
+    by_rule: tuple[str, ...] = ()  # what the documented rules read, e.g. "last_affected 2.6.0-cu124 read as 2.6.0"
+    unreadable: tuple[str, ...] = ()  # raw text no rule reads: the record counts as affecting the package
+
+
+def read_version(raw: str) -> tuple[Version, bool] | None:
+    """(version, read by the RELEASE-TAG rule) for one OSV event value; None when nothing reads it."""
     try:
-        return Version("0") if value == "0" else Version(value)
+        return Version(raw), False
     except InvalidVersion:
-        return Version("0")
+        tagged = _TAGGED.fullmatch(raw)
+        return (Version(tagged["release"]), True) if tagged else None
 
 
-# CVSS v3.x base metrics (FIRST, CVSS v3.1 specification, section 7.4).
-_CVSS3 = {
-    "AV": {"N": 0.85, "A": 0.62, "L": 0.55, "P": 0.2},
-    "AC": {"L": 0.77, "H": 0.44},
-    "UI": {"N": 0.85, "R": 0.62},
-    "CIA": {"H": 0.56, "L": 0.22, "N": 0.0},  # Confidentiality, Integrity and Availability share one scale
-}
-_PR = {"U": {"N": 0.85, "L": 0.62, "H": 0.27}, "C": {"N": 0.85, "L": 0.68, "H": 0.5}}
+def _read_range(version: Version, events: list[dict]) -> Reading:
+    """OSV ECOSYSTEM range semantics: `introduced` opens, `fixed` (exclusive) / `last_affected` close."""
+    parsed, by_rule, unreadable = [], [], []
+    for event in events:
+        kind = next((k for k in ("introduced", *_CLOSING) if k in event), None)
+        if kind is None:  # "limit" and the like bound where to look, not what is affected
+            continue
+        raw = str(event[kind])
+        read = (Version("0"), False) if kind == "introduced" and raw == "0" else read_version(raw)
+        if read is None:
+            unreadable.append(f"{kind}: {raw}")
+            continue
+        value, tagged = read
+        if tagged:
+            closes = "last_affected" if kind in _CLOSING else kind  # a tagged fix may be a later build
+            by_rule.append(f"{kind} {raw} read as {closes} {value}")
+            kind = closes
+        parsed.append((value, kind != "introduced", kind))
+    if unreadable:
+        return Reading(True, tuple(by_rule), tuple(unreadable))
+    intervals, start, end = [], None, None
+    for value, _, kind in sorted(parsed):
+        if kind == "introduced":
+            if start is not None and end is not None:
+                intervals.append((start, end))
+                start, end = None, None
+            start = value if start is None else start
+        elif start is not None:
+            if end is not None:
+                by_rule.append(f"several ends after introduced {start}: read the latest, {kind} {value}")
+            end = (kind, value)
+    if start is not None:
+        intervals.append((start, end))
+
+    def inside(low: Version, high: tuple[str, Version] | None) -> bool:
+        if version < low:
+            return False
+        return high is None or (version < high[1] if high[0] == "fixed" else version <= high[1])
+
+    return Reading(any(inside(low, high) for low, high in intervals), tuple(by_rule))
 
 
-def _roundup(value: float) -> float:
-    """CVSS v3.1 Roundup: the smallest one-decimal number >= value, free of float noise."""
-    scaled = round(value * 100_000)
-    return scaled / 100_000 if scaled % 10_000 == 0 else (scaled // 10_000 + 1) / 10
+def read(record: dict, name: str, version: str) -> Reading | None:
+    """What `record` says of package `name` at `version`; None when it names no such PyPI package."""
+    readings = []
+    for affected in record.get("affected", []):
+        pkg = affected.get("package", {})
+        if pkg.get("ecosystem") != "PyPI" or normalize_name(pkg.get("name", "")) != normalize_name(name):
+            continue
+        listed = version in affected.get("versions", [])
+        readings.append(Reading(listed))
+        try:
+            ver = Version(version)
+        except InvalidVersion:
+            readings.append(Reading(True, unreadable=(f"installed version {version}",)))
+            continue
+        readings += [_read_range(ver, r.get("events", [])) for r in affected.get("ranges", []) if r.get("type") == "ECOSYSTEM"]
+    if not readings:
+        return None
+    return Reading(
+        any(r.affected for r in readings),
+        tuple(text for r in readings for text in r.by_rule),
+        tuple(text for r in readings for text in r.unreadable),
+    )
 
 
-def cvss3_base_score(vector: str) -> float:
-    """Base score of a CVSS:3.0 or CVSS:3.1 vector such as CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H."""
-    parts = vector.split("/")
-    if not parts[0].startswith("CVSS:3"):
-        raise ValueError(f"not a CVSS v3 vector: {vector}")
-    m = dict(p.split(":", 1) for p in parts[1:])
-    scope = m["S"]
-    iss = 1 - (1 - _CVSS3["CIA"][m["C"]]) * (1 - _CVSS3["CIA"][m["I"]]) * (1 - _CVSS3["CIA"][m["A"]])
-    impact = 6.42 * iss if scope == "U" else 7.52 * (iss - 0.029) - 3.25 * (iss - 0.02) ** 15
-    exploitability = 8.22 * _CVSS3["AV"][m["AV"]] * _CVSS3["AC"][m["AC"]] * _PR[scope][m["PR"]] * _CVSS3["UI"][m["UI"]]
-    if impact <= 0:
-        return 0.0
-    total = impact + exploitability if scope == "U" else 1.08 * (impact + exploitability)
-    return _roundup(min(total, 10.0))
+def matches(record: dict, name: str, version: str) -> bool:
+    reading = read(record, name, version)
+    return bool(reading and reading.affected)
 
 
 def rating(score: float) -> str:
@@ -134,42 +191,30 @@ def rating(score: float) -> str:
     return "LOW" if score < 4 else "MEDIUM" if score < 7 else "HIGH" if score < 9 else "CRITICAL"
 
 
+_VECTORS = {"CVSS_V2": CVSS2, "CVSS_V3": CVSS3, "CVSS_V4": CVSS4}
+
+
+def vector_rating(kind: str, vector: str) -> str | None:
+    """The rating of a CVSS v2/v3/v4 base vector, scored by the `cvss` library; None when it does not parse."""
+    scorer = _VECTORS.get(kind)
+    if scorer is None:
+        return None
+    try:
+        return rating(float(scorer(vector).base_score))
+    except (CVSSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def severity(record: dict) -> str:
-    """The database's own level (GHSA's database_specific.severity), else the CVSS v3 base rating, else UNKNOWN."""
+    """The highest level the record states: the database's own (GHSA's database_specific.severity) or
+    any CVSS vector's rating; UNKNOWN when it states none."""
+    levels = []
     level = str((record.get("database_specific") or {}).get("severity") or "").upper()
     if level:
-        return "MEDIUM" if level == "MODERATE" else level
-    for entry in record.get("severity") or []:
-        if entry.get("type") == "CVSS_V3":
-            try:
-                return rating(cvss3_base_score(entry.get("score", "")))
-            except (KeyError, ValueError):
-                continue
-    return "UNKNOWN"
-
-
-def matches(record: dict, name: str, version: str) -> bool:
-    try:
-        ver = Version(version)
-    except InvalidVersion:
-        return False
-    for affected in record.get("affected", []):
-        pkg = affected.get("package", {})
-        if pkg.get("ecosystem") != "PyPI" or normalize_name(pkg.get("name", "")) != normalize_name(name):
-            continue
-        if version in affected.get("versions", []):
-            return True
-        for rng in affected.get("ranges", []):
-            if rng.get("type") == "ECOSYSTEM":
-                try:
-                    if _in_range(ver, rng.get("events", [])):
-                        return True
-                except InvalidVersion:
-                    continue
-    return False
-
-
-_RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
+        levels.append("MEDIUM" if level == "MODERATE" else level)
+    levels += [vector_rating(entry.get("type", ""), entry.get("score", "")) for entry in record.get("severity") or []]
+    known = [lv for lv in levels if lv in _RANK]
+    return max(known, key=_RANK.index) if known else "UNKNOWN"
 
 
 def _group(records: list[dict]) -> list[list[dict]]:
@@ -183,17 +228,58 @@ def _group(records: list[dict]) -> list[list[dict]]:
     return [g[1] for g in groups]
 
 
-def _finding(group: list[dict], pkg: dict) -> dict:
+def stated_fix(group: list[dict], name: str, version: str) -> str:
+    """The first release after `version` that a record of the group names as `fixed` for the package,
+    or "no fix stated" (a record that says only `last_affected` names no fix)."""
+    fixes = []
+    for record in group:
+        for affected in record.get("affected", []):
+            if normalize_name(affected.get("package", {}).get("name", "")) != normalize_name(name):
+                continue
+            for rng in affected.get("ranges", []):
+                fixes += [read_version(str(e["fixed"])) for e in rng.get("events", []) if "fixed" in e]
+    try:
+        installed = Version(version)
+    except InvalidVersion:
+        return NO_FIX
+    later = sorted(v for v, _ in filter(None, fixes) if v > installed)
+    return str(later[0]) if later else NO_FIX
+
+
+def _finding(group: list[dict], pkg: dict, unreadable: dict[str, list[str]]) -> dict:
     known = [level for level in map(severity, group) if level in _RANK]
     ids = sorted({i for r in group for i in (r.get("id", ""), *r.get("aliases", [])) if i} - {group[0].get("id")})
-    return {
+    finding = {
         "id": group[0].get("id"),
         "aliases": ids,
         "package": pkg["name"],
         "version": pkg["version"],
         "severity": max(known, key=_RANK.index) if known else "UNKNOWN",
+        "fixed": stated_fix(group, pkg["name"], pkg["version"]),
         "summary": next((text for r in group if (text := r.get("summary") or r.get("details"))), "").strip()[:200],
     }
+    raw = [f"{r['id']}: {text}" for r in group for text in unreadable.get(r["id"], [])]
+    return finding | ({"unreadable": raw} if raw else {})
+
+
+def _by_package(records: list[dict]) -> dict[str, list[dict]]:
+    """Live records under each PyPI package name they name (normalized)."""
+    index: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("withdrawn"):
+            continue
+        names = {
+            normalize_name(a.get("package", {}).get("name", ""))
+            for a in record.get("affected", [])
+            if a.get("package", {}).get("ecosystem") == "PyPI"
+        }
+        for name in names:
+            index[name].append(record)
+    return index
+
+
+def _label(finding: dict) -> str:
+    return f"{finding['id']} ({finding['severity']}) in {finding['package']} {finding['version']}"
 
 
 def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> dict:
@@ -202,24 +288,33 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
     Records that alias each other make one finding, with the highest severity any
     of them states. Withdrawn records are ignored. A finding fails unless its
     severity is known to be below HIGH (UNKNOWN fails) or the allowlist names it.
+    Records read by the irregular-form rules and records that could not be read
+    (counted as affecting) are listed and counted.
     """
     today = today or dt.date.today()
-    live = [r for r in records if not r.get("withdrawn")]
-    findings, allowed, expired = [], [], []
+    index = _by_package(records)
+    findings, allowed, expired, by_rule, unreadable = [], [], [], [], []
     for pkg in packages:
-        for group in _group([r for r in live if matches(r, pkg["name"], pkg["version"])]):
-            finding = _finding(group, pkg)
+        hits, raw = [], {}
+        for record in index.get(normalize_name(pkg["name"]), []):
+            reading = read(record, pkg["name"], pkg["version"])
+            if reading is None:
+                continue
+            where = {"id": record["id"], "package": pkg["name"], "version": pkg["version"]}
+            if reading.by_rule:
+                by_rule.append({**where, "read": list(reading.by_rule)})
+            if reading.unreadable:
+                unreadable.append({**where, "raw": list(reading.unreadable)})
+                raw[record["id"]] = list(reading.unreadable)
+            if reading.affected:
+                hits.append(record)
+        for group in _group(hits):
+            finding = _finding(group, pkg, raw)
             ids = {finding["id"], *finding["aliases"]}
             entry = next((a for a in allowlist if a.covers(ids, pkg["name"], pkg["version"])), None)
             if entry and entry.expires >= today:
                 allowed.append(
-                    {
-                        **finding,
-                        "reason": entry.reason,
-                        "expires": entry.expires.isoformat(),
-                        "affects": entry.affects,
-                        "fixed": entry.fixed,
-                    }
+                    {**finding, "reason": entry.reason, "expires": entry.expires.isoformat(), "affects": entry.affects}
                 )
             else:
                 if entry:
@@ -228,13 +323,17 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
     failing = [f for f in findings if f["severity"] in FAILING]
     return {
         "status": "fail" if failing else "pass",
-        "accepted": [f"{f['id']} ({f['severity']}) in {f['package']} {f['version']}" for f in allowed],
+        "accepted": [_label(f) for f in allowed],
         "records": len(records),
         "packages": len(packages),
         "findings": findings,
-        "failing": [f"{f['id']} ({f['severity']}) in {f['package']} {f['version']}" for f in failing],
+        "failing": [_label(f) for f in failing],
         "allowed": allowed,
         "expired_allowlist": expired,
+        "read_by_rule": by_rule,
+        "read_by_rule_records": len({r["id"] for r in by_rule}),
+        "unreadable": unreadable,
+        "unreadable_records": len({r["id"] for r in unreadable}),
     }
 
 
@@ -245,19 +344,47 @@ def word(result: dict) -> str:
     return "stale" if result.get("stale") else "pass"
 
 
+_ORDER = ["CRITICAL", "HIGH", "UNKNOWN", "MEDIUM", "LOW", "NONE"]
+
+
+def audited_packages(variant) -> tuple[list[dict], str]:
+    """What the line installs, and which: "lock" (every package of its hash lock) or "pins" (a line
+    without a committed lock, e.g. one that needs PyTorch's index: its torch, torchvision, torchaudio
+    and [packages] pins only)."""
+    from pipeline.lock import locked_packages
+
+    locked = locked_packages(variant)
+    if locked is not None:
+        return [{"name": n, "version": v} for n, v in locked], "lock"
+    return [{"name": n, "version": v} for n, v in variant.pins()], "pins"
+
+
 def carried(variant, records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> list[dict]:
-    """The known HIGH/CRITICAL advisories a line carries in its pins, each marked accepted or not."""
-    result = audit([{"name": name, "version": version} for name, version in variant.pins()], records, allowlist, today)
+    """Every known advisory the line carries (the same audit the build gate runs, over its whole lock),
+    each marked accepted or not; the line's own pins first (torch, torchvision, torchaudio), then by
+    package, worst first."""
+    packages, _ = audited_packages(variant)
+    result = audit(packages, records, allowlist, today)
     rows = [{**f, "accepted": True} for f in result["allowed"]] + [{**f, "accepted": False} for f in result["findings"]]
-    order = {"CRITICAL": 0, "HIGH": 1, "UNKNOWN": 2}
-    return sorted((r for r in rows if r["severity"] in FAILING), key=lambda r: (order[r["severity"]], r["id"]))
+    first = [normalize_name(name) for name, _ in variant.pins()]
+    rank = {name: i for i, name in enumerate(first)}
+
+    def key(row: dict):
+        name = normalize_name(row["package"])
+        return (rank.get(name, len(rank)), name, _ORDER.index(row["severity"]), row["id"])
+
+    return sorted(rows, key=key)
 
 
 def carried_summary(rows: list[dict]) -> str:
-    """'none known', or '2 high (accepted)' / '1 critical, 8 high (accepted)'."""
+    """'none known', or '1 critical, 8 high, 1 low (high and critical accepted)', or
+    '2 high, 1 medium (1 not accepted: the build fails)'."""
     if not rows:
         return "none known"
-    counts = {level: sum(r["severity"] == level for r in rows) for level in ("CRITICAL", "HIGH", "UNKNOWN")}
+    counts = {level: sum(r["severity"] == level for r in rows) for level in _ORDER}
     text = ", ".join(f"{n} {level.lower()}" for level, n in counts.items() if n)
-    open_ = sum(not r["accepted"] for r in rows)
-    return text + (" (accepted)" if not open_ else f" ({open_} not accepted: the build fails)")
+    failing = [r for r in rows if r["severity"] in FAILING]
+    open_ = sum(not r["accepted"] for r in failing)
+    if open_:
+        return text + f" ({open_} not accepted: the build fails)"
+    return text + (" (high and critical accepted)" if failing else "")

@@ -23,6 +23,7 @@ import requests
 from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
+from pipeline.render import spec_path
 from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
@@ -366,7 +367,7 @@ def test_sbom_lists_torch_and_openssh(run_result):
     assert any(p.startswith("pkg:deb/debian/openssh-server@") for p in purls)
 
 
-def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path):
+def test_audit_runs_against_the_committed_snapshot(report, run_result, variant, tmp_path):
     from pipeline.validation.advisories import load_snapshot
 
     result, snapshot = report["validation"]["audit"], load_snapshot()
@@ -377,6 +378,14 @@ def test_audit_runs_against_the_committed_snapshot(report, run_result, tmp_path)
     assert result["stale"] == (result["age_days"] > 90)
     assert result["records"] == len(snapshot.records) and result["as_of"] == snapshot.as_of.isoformat()
     assert result["packages"] > 100  # every Python package in the image, not only the pins
+    # nothing skipped for being hard to read: torch's tagged releases (2.6.0-cu124) were read by the rule
+    assert "PYSEC-2025-189" in {r["id"] for r in result["read_by_rule"]} and result["read_by_rule_records"] >= 1
+    assert result["unreadable_records"] == len({r["id"] for r in result["unreadable"]})
+    # what build.py list, the README and proof disclose is this gate's finding set (the line's whole lock)
+    spec = json.loads(spec_path(variant).read_text())["advisories"]
+    assert sorted((r["id"], r["package"]) for r in spec["carried"]) == sorted(
+        (f["id"], f["package"]) for f in result["findings"] + result["allowed"]
+    )
     dom = _chromium("--dump-dom", run_result.report_path.with_name("report.html").as_uri(), tmp_path=tmp_path)
     assert 'id="audit"' in dom and snapshot.as_of.isoformat() in dom and "PYSEC-2026-2286" in dom
     assert ("stale" in dom) == result["stale"]

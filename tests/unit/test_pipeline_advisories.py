@@ -115,3 +115,31 @@ def test_committed_snapshot_is_real_advisory_data():
         == []
     )
     assert {severity(r) for r in db.records} >= {"CRITICAL", "HIGH", "MEDIUM", "UNKNOWN"}
+
+
+def test_a_snapshot_refreshed_from_osv_all_zip_makes_one_finding_of_a_pysec_and_a_ghsa_record(tmp_path):
+    """`advisories --from` takes every form `--advisories` takes; two records of one vulnerability
+    (PYSEC and GHSA, aliases of each other) become one finding that shows both IDs."""
+    pysec = {**_osv("PYSEC-2099-1", "tqdm"), "aliases": ["GHSA-aaaa-bbbb-cccc", "CVE-2099-1"]}
+    ghsa = {**_osv("GHSA-aaaa-bbbb-cccc", "tqdm"), "aliases": ["CVE-2099-1"], "database_specific": {"severity": "HIGH"}}
+    with zipfile.ZipFile(tmp_path / "all.zip", "w") as zf:
+        zf.writestr("PYSEC-2099-1.json", json.dumps(pysec))
+        zf.writestr("GHSA-aaaa-bbbb-cccc.json", json.dumps(ghsa))
+    with pytest.raises(UsageError, match="--as-of"):  # a zip says nothing of its date
+        advisories.write_snapshot(tmp_path / "all.zip", "osv.dev", out=tmp_path / "snap")
+    advisories.write_snapshot(tmp_path / "all.zip", "osv.dev PyPI/all.zip", "2026-12-01", out=tmp_path / "snap")
+    db = advisories.load_snapshot(tmp_path / "snap")
+    assert [r["id"] for r in db.records] == ["GHSA-aaaa-bbbb-cccc", "PYSEC-2099-1"]
+    findings = audit([{"name": "tqdm", "version": "1.0"}], db.records, [])["findings"]
+    assert len(findings) == 1 and findings[0]["severity"] == "HIGH"
+    assert {findings[0]["id"], *findings[0]["aliases"]} >= {"PYSEC-2099-1", "GHSA-aaaa-bbbb-cccc"}
+
+
+def test_advisories_from_a_missing_path_is_one_line_and_exit_2(tmp_path):
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "build.py", "advisories", "--from", str(tmp_path / "nope.zip")],
+        capture_output=True, text=True, check=False, cwd=advisories.REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such folder or file" in proc.stderr

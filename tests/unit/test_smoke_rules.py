@@ -347,7 +347,7 @@ def test_bad_json_and_missing_file(tmp_path):
 
 SECTION = {
     "as_of": "2026-07-23",
-    "summary": "2 high (accepted)",
+    "summary": "2 high (high and critical accepted)",
     "carried": [
         {
             "id": "PYSEC-2026-139",
@@ -376,7 +376,8 @@ def test_advisory_summary_names_them_and_says_the_data_is_stale():
 
     line = rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
     assert line.startswith(
-        "Advisories: 2 high (accepted): PYSEC-2026-139, PYSEC-2026-2286 (PyPA data as of 2026-07-23, 133 days old: stale)"
+        "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
+        "(PyPA data as of 2026-07-23, 133 days old: stale)"
     )
     assert "only from sources you trust" in line
     fresh = rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
@@ -398,8 +399,22 @@ def test_no_advisories_and_no_record():
     )
     assert rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
     assert rules.advisory_details(SECTION)[1].startswith(
-        "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed in 3.5.0: torch.load"
+        "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed: 3.5.0: torch.load"
     )
+
+
+def test_medium_and_low_rows_are_reported_grouped_by_package_and_need_no_acceptance():
+    import datetime as dt
+
+    medium = {"id": "PYSEC-9", "severity": "MEDIUM", "accepted": False, "package": "setuptools", "version": "1.0",
+              "fixed": "no fix stated", "summary": "path traversal"}  # fmt: skip
+    section = {**SECTION, "summary": "2 high, 1 medium (high and critical accepted)", "carried": [*SECTION["carried"], medium]}
+    assert rules.carried_text(section).endswith(": torch PYSEC-2026-139, PYSEC-2026-2286; setuptools PYSEC-9")
+    assert (
+        rules.advisory_details(section)[2] == "  PYSEC-9 (MEDIUM, reported) setuptools 1.0, fixed: no fix stated: path traversal"
+    )
+    only_medium = {**section, "summary": "1 medium", "carried": [medium]}
+    assert "sources you trust" not in rules.advisory_summary(only_medium, dt.date(2026, 8, 1))
 
 
 # --- NCCL's inter-node transports (start-up report) ------------------------------------
