@@ -235,7 +235,7 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: boo
         print(
             f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
-        print(f"{'':15} advisories ({carried[v.name]['audited']}): {carried_text(carried[v.name])}")
+        print(f"{'':15} advisories, {carried[v.name]['audited']}: {carried_text(carried[v.name])}")
         if v.note:
             print(f"{'':15} note: {v.note}")
     first = next(iter(carried.values()))
