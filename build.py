@@ -172,16 +172,22 @@ def variant_table_markdown(matrix) -> str:
     carried = carried_advisories(matrix)
     as_of = next(iter(carried.values()))["as_of"]
     rows = [
-        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories, whole lock (as of {as_of}) | wheels from | note |",
+        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories, whole lock (as of {as_of}) | builds from | note |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in _listed(matrix):
         name = f"**{v.name}** (default)" if v.is_default else v.name
         rows.append(
             f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_scoped(carried[v.name])} "
-            f"| {v.index} | {v.note} |"
+            f"| {_source(v, carried[v.name])} | {v.note} |"
         )
     return "\n".join(rows)
+
+
+def _source(variant, section: dict) -> str:
+    """Where the line's wheels come from, and whether a hash lock is committed for it."""
+    locked = section["audited"] == "the whole lock"
+    return f"{variant.builds_from}, {'hash-locked' if locked else 'no committed lock (pins)'}"
 
 
 def _scoped(section: dict) -> str:
@@ -235,6 +241,7 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: boo
         print(
             f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
+        print(f"{'':15} builds from: {_source(v, carried[v.name])}")
         print(f"{'':15} advisories, {carried[v.name]['audited']}: {carried_text(carried[v.name])}")
         if v.note:
             print(f"{'':15} note: {v.note}")

@@ -8,8 +8,11 @@ tagged behind.
 from __future__ import annotations
 
 import re
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,7 +20,7 @@ from urllib.parse import urlparse
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, Interrupted, UsageError
 from pipeline.render import dockerfile_path, stale_files
-from pipeline.variants import REPO_ROOT, Matrix, Variant
+from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives
 
 _STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
 _DONE = re.compile(r"^#\d+ (DONE|CACHED|ERROR)")
@@ -89,6 +92,40 @@ def _show(line: str, verbose: bool) -> bool:
     if verbose:
         return "━" not in line
     return bool(_STEP.match(line) or _DONE.match(line) or "ERROR" in line or line.startswith("#0 error"))
+
+
+def index_unreachable(index: str, ca_cert: Path | None, timeout: float = 10.0) -> str | None:
+    """Why `index` cannot be reached from this host (no DNS name, refused, timed out), or None when it
+    answers (any HTTP status: a proxy's refusal or a TLS problem is left to the build, which names it)."""
+    context = ssl.create_default_context(cafile=str(ca_cert) if ca_cert else None)
+    request = urllib.request.Request(index.rstrip("/") + "/torch/", method="HEAD")
+    try:
+        urllib.request.urlopen(request, timeout=timeout, context=context).close()
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as err:
+        if isinstance(err.reason, ssl.SSLError):
+            return None
+        return str(err.reason)
+    except (TimeoutError, OSError) as err:
+        return str(err) or type(err).__name__
+    return None
+
+
+def check_index_reach(matrix: Matrix, variant: Variant, ca_cert: Path | None) -> None:
+    """Refuse at once, before any build step, a line whose wheel index this host cannot reach, naming
+    what it can build instead."""
+    if variant.uses_pypi:
+        return  # a host without PyPI fails every line; the build's own message says so
+    why = index_unreachable(variant.index, ca_cert)
+    if why is None:
+        return
+    host = urlparse(variant.index).netloc
+    instead = pypi_alternatives(matrix, variant)
+    raise BuildFailed(
+        f"network error: {variant.name} needs PyTorch's wheel index {variant.index}, which this host cannot reach "
+        f"({why}); build it on a host that reaches {host}" + (f"; {instead}" if instead else "")
+    )
 
 
 def build_image(

@@ -224,6 +224,7 @@ def run(config: BuildConfig) -> RunResult:
     )
     client = docker_env.docker_client()
     cli = docker_env.find_build_cli()
+    build_image.check_index_reach(config.matrix, variant, config.ca_cert)
 
     now = dt.datetime.now(dt.UTC)
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -96,6 +96,13 @@ class Variant:
     def uses_pypi(self) -> bool:
         return "pypi.org" in self.index
 
+    @property
+    def builds_from(self) -> str:
+        """How the line can be built: 'PyPI alone' or 'PyTorch's index (HOST/PATH) and PyPI'."""
+        if self.uses_pypi:
+            return "PyPI alone"
+        return f"PyTorch's index ({self.index.split('://', 1)[-1]}) and PyPI"
+
     def index_args(self) -> list[str]:
         """pip's index options for this line: its wheel index, plus PyPI for what PyTorch's per-CUDA
         indexes do not mirror (JupyterLab and the rest)."""
@@ -281,6 +288,22 @@ def _flavor(name: str, table: dict, variant_names: list[str], path: Path) -> Fla
     return Flavor(name=name, lines=tuple(lines), packages=tuple(sorted(packages.items())), gate=tuple(gate.items()), **fields)
 
 
+def pypi_alternatives(matrix: Matrix, variant: Variant) -> str:
+    """What a host that reaches PyPI but not `variant`'s index can build instead, in one clause."""
+    if variant.uses_pypi:
+        return ""
+    same = [v for v in matrix.variants if v.cuda == variant.cuda and v.uses_pypi]
+    if same:
+        v = same[0]
+        flag = f"--cuda {v.cuda}" + (
+            "" if v is next(x for x in matrix.variants if x.cuda == v.cuda) else f" --torch {v.torch_minor}"
+        )
+        return f"from PyPI alone this host can build CUDA {v.cuda} as {v.name} (torch {v.torch}): {flag}"
+    others = [v for v in matrix.variants if v.uses_pypi]
+    names = ", ".join(f"{v.name} (driver >= {v.min_driver})" for v in others)
+    return f"the matrix has no CUDA {variant.cuda} line on PyPI; from PyPI alone this host can build {names}"
+
+
 def variant_name(torch: str, cuda: str) -> str:
     """torch 'X.Y.Z' and CUDA '12.8' -> 'X.Y-cu128': the torch line and the CUDA line, as the moving tag says them."""
     return ".".join(torch.split(".")[:2]) + "-cu" + cuda.replace(".", "")
@@ -330,9 +353,10 @@ def resolve_base(matrix: Matrix, cuda: str | None, torch: str | None = None) -> 
         raise UsageError(f"no torch {torch} in the matrix; it has torch {known}")
     has = ", ".join(v.cuda for v in with_torch)
     if by_cuda:
-        newest = by_cuda[0]
+        newest = max(by_cuda, key=lambda v: tuple(int(p) for p in v.torch.split(".")))
+        ways = [f"--cuda {cuda} builds {by_cuda[0].name}"] + [f"--torch {v.torch_minor} builds {v.name}" for v in by_cuda[1:]]
         raise UsageError(
             f"torch {torch} has no CUDA {cuda} build (torch {torch} has CUDA {has}); "
-            f"the newest torch with CUDA {cuda} is {newest.torch}: run with --cuda {cuda} and no --torch"
+            f"the newest torch with CUDA {cuda} is {newest.torch}: {', '.join(ways)}"
         )
     raise UsageError(f"torch {torch} has no CUDA {cuda} build; torch {torch} has CUDA {has}")

@@ -261,28 +261,40 @@ def _build_py(*args) -> list[str]:
     return [sys.executable, str(REPO_ROOT / "build.py"), *args, *(["--ca-cert", str(ca)] if ca else [])]
 
 
-def test_variant_behind_pytorch_index_fails_with_network_message(docker, matrix, tmp_path):
-    """CUDA 11.8 needs download.pytorch.org, which these machines cannot reach."""
+def test_a_line_behind_an_unreachable_index_is_refused_at_once_naming_what_builds_here(docker, matrix, tmp_path):
+    """The 2.5-cu121 line needs PyTorch's index. Where this host cannot reach it (these build machines),
+    build.py refuses before any build step, exit 4, one line that names the CUDA 12.1 line PyPI
+    alone builds; where it can, the probe lets the build go on (decided from the host's real reach)."""
+    from pipeline.build_image import check_index_reach, index_unreachable
+    from pipeline.variants import pypi_alternatives
+
+    behind = resolve(matrix, "12.1", "2.5")
+    if index_unreachable(behind.index, ca_cert()) is None:
+        check_index_reach(matrix, behind, ca_cert())  # reachable: no refusal (the build itself is not run here)
+        return
+    start = time.monotonic()
     result = subprocess.run(
-        _build_py("--cuda", "11.8", "--report-dir", str(tmp_path)), capture_output=True, text=True, timeout=900, cwd=REPO_ROOT
-    )
-    if result.returncode == 0:
-        pytest.fail("the CUDA 11.8 line built: this host reaches PyTorch's index, so this test cannot show the network failure")
+        _build_py("--cuda", "12.1", "--torch", "2.5", "--report-dir", str(tmp_path)),
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+    )  # fmt: skip
     assert result.returncode == 4, result.stderr
-    assert resolve(matrix, "11.8").note in result.stdout  # says which torch it builds, and why
+    assert time.monotonic() - start < 120  # refused, not built
+    assert behind.note in result.stdout and "==> build " not in result.stdout
     last = result.stderr.strip().splitlines()
     assert len(last) == 1 and last[0].startswith("build.py: network error") and "download.pytorch.org" in last[0]
+    pypi_line = resolve(matrix, "12.1")
+    assert pypi_line.uses_pypi and pypi_alternatives(matrix, behind) in last[0] and pypi_line.name in last[0]
 
 
-def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, tmp_path):
+def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
     before = {t for i in docker.images.list() for t in i.tags}
     proc = subprocess.Popen(
-        _build_py("--cuda", "12.6", "--report-dir", str(tmp_path)),
+        _build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     for line in proc.stdout:
-        if "==> build 2.9-cu126" in line or time.monotonic() > deadline:
+        if f"==> build {variant.name}" in line or time.monotonic() > deadline:
             break
     time.sleep(2)  # let docker build get going
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does

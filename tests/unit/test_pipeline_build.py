@@ -38,7 +38,7 @@ def test_committed_dockerfiles_are_not_stale(matrix):
     assert stale_files(matrix) == []
 
 
-@pytest.mark.parametrize("name", ["2.7-cu118", "2.5-cu121", "2.9-cu126", "2.9-cu128", "2.11-cu130", "2.9-cu130"])
+@pytest.mark.parametrize("name", [v.name for v in load_matrix().variants])
 def test_each_variant_has_a_top_level_dockerfile(matrix, name):
     path = REPO_ROOT / f"Dockerfile.{name}"
     assert path.exists()
@@ -331,3 +331,24 @@ def test_holding_moving_tags_needs_a_push(matrix, cu128):
     with pytest.raises(UsageError, match="--hold-moving-tags is only used with --push"):
         check_request(BuildConfig(matrix=matrix, variant=cu128, hold_moving_tags=True), gpus=0)
     check_request(BuildConfig(matrix=matrix, variant=cu128, push=True, hold_moving_tags=True, allow_cpu_validation=True), gpus=0)
+
+
+def test_the_index_probe_tells_a_closed_port_from_one_that_answers():
+    """Real sockets on 127.0.0.1: a port nobody listens on is unreachable (the build is refused at
+    once); a server that answers, even with 404, is reachable (the build goes on)."""
+    import http.server
+    import threading
+
+    from pipeline.build_image import index_unreachable
+    from smoke.checks import free_port
+
+    closed = free_port()
+    assert "refused" in index_unreachable(f"http://127.0.0.1:{closed}/simple", None, timeout=5).lower()
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert index_unreachable(f"http://127.0.0.1:{server.server_port}/no-such-index", None, timeout=5) is None
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -22,7 +22,7 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def test_every_requested_cuda_line_is_declared(matrix):
-    assert set(matrix.cuda_lines()) == {"11.8", "12.1", "12.6", "12.8", "13.0"}
+    assert set(matrix.cuda_lines()) == {"11.8", "12.1", "12.6", "12.8", "13.0", "13.2"}
 
 
 def test_cuda_13_has_two_torch_lines_and_the_first_listed_is_the_choice(matrix):
@@ -44,12 +44,47 @@ def test_default_is_2_9_cu128_from_pypi(matrix):
     assert default.uses_pypi
 
 
-@pytest.mark.parametrize("cuda", ["11.8", "12.1"])
-def test_old_cuda_lines_carry_newest_torch_that_exists_and_say_so(matrix, cuda):
-    variant = resolve(matrix, cuda)
-    assert variant.torch == max((v.torch for v in matrix.variants if v.cuda == cuda), key=_release)
+def test_cuda_11_8_carries_the_newest_torch_that_exists_and_says_so(matrix):
+    variant = resolve(matrix, "11.8")
+    assert variant.torch == max((v.torch for v in matrix.variants if v.cuda == "11.8"), key=_release)
     assert _release(variant.torch) < max(_release(v.torch) for v in matrix.variants)  # an older torch than the newest line
-    assert f"no CUDA {cuda} build" in variant.note and variant.torch in variant.note
+    assert "no CUDA 11.8 build" in variant.note and variant.torch in variant.note
+
+
+def test_cuda_12_1_builds_the_pypi_line_and_the_newest_torch_on_request(matrix):
+    """--cuda 12.1 builds the line PyPI alone serves; the newest CUDA 12.1 torch needs PyTorch's index."""
+    first, *others = [v for v in matrix.variants if v.cuda == "12.1"]
+    assert resolve(matrix, "12.1") == first and first.uses_pypi and first.builds_from == "PyPI alone"
+    newest = max(others, key=lambda v: _release(v.torch))
+    assert _release(newest.torch) > _release(first.torch) and not newest.uses_pypi
+    assert resolve(matrix, "12.1", newest.torch_minor) == newest
+    assert "PyTorch's index" in newest.builds_from and "no CUDA 12.1 build" in newest.note
+    assert "PyPI alone" in first.note and f"--torch {newest.torch_minor}" in first.note
+
+
+def test_a_line_behind_pytorchs_index_names_what_pypi_alone_builds(matrix):
+    from pipeline.variants import pypi_alternatives
+
+    cu121 = resolve(matrix, "12.1", "2.5")
+    assert pypi_alternatives(
+        matrix, cu121
+    ) == f"from PyPI alone this host can build CUDA 12.1 as {resolve(matrix, '12.1').name} " + (
+        f"(torch {resolve(matrix, '12.1').torch}): --cuda 12.1"
+    )
+    cu118 = resolve(matrix, "11.8")
+    text = pypi_alternatives(matrix, cu118)
+    assert text.startswith("the matrix has no CUDA 11.8 line on PyPI") and resolve(matrix, "12.1").name in text
+    assert pypi_alternatives(matrix, resolve(matrix, None)) == ""
+
+
+def test_every_line_that_builds_from_pypi_alone_has_a_hash_lock(matrix):
+    from pipeline.lock import LAYERS, lock_dir
+
+    for variant in (v for v in matrix.variants if v.uses_pypi):
+        for file, _ in LAYERS:
+            text = (lock_dir(variant) / file).read_text()
+            pins = [ln for ln in text.splitlines() if "==" in ln and not ln.startswith("#")]
+            assert pins and text.count("--hash=sha256:") >= len(pins), (variant.name, file)
 
 
 @pytest.mark.parametrize("spelling", ["12.8", "cu128", " 12.8 ", "CU128"])
@@ -70,7 +105,9 @@ def test_torch_2_9_with_cuda_12_1_names_what_exists(matrix):
     message = str(err.value)
     assert "torch 2.9 has no CUDA 12.1 build" in message
     assert "12.6, 12.8, 13.0" in message
-    assert f"the newest torch with CUDA 12.1 is {resolve(matrix, '12.1').torch}" in message
+    newest = max((v for v in matrix.variants if v.cuda == "12.1"), key=lambda v: _release(v.torch))
+    assert f"the newest torch with CUDA 12.1 is {newest.torch}" in message
+    assert f"--cuda 12.1 builds {resolve(matrix, '12.1').name}" in message and f"--torch {newest.torch_minor} builds" in message
     assert "\n" not in message
 
 
