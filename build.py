@@ -225,7 +225,7 @@ def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: boo
             lines += [f"{n}=={v}" for n, v in flavors.get(name, {name: versions.get(name)}).items()]
         print("\n".join(lines))
         return 0
-    if default:  # what scripts build by default: Dockerfile.<this>, images/expect/<this>.json
+    if default:  # what scripts build by default: images/expect/<this>.json, its CUDA line's Dockerfile
         print(next(v.name for v in matrix.variants if v.is_default))
         return 0
     if as_json:

@@ -1,7 +1,7 @@
 """The build pipeline behind build.py, one module per stage, in the order they run:
 
     variants     resolve the request against images/variants.toml (the one place with versions)
-    render       Dockerfile.<variant> and images/expect/<variant>.json from images/
+    render       Dockerfile.cu<XYZ> (one per CUDA line) and images/expect/<variant>.json from images/
     lock         the hash-locked requirements, one file per image layer (build.py lock)
     build_image  BuildKit build, untagged (--iidfile), streamed
     validate     named stages, cheapest first: labels, spec and size; hygiene scan;

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, Interrupted, UsageError
-from pipeline.render import dockerfile_path, stale_files
+from pipeline.render import build_arg, dockerfile_path, stale_files
 from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives
 
 _STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
@@ -59,7 +59,7 @@ def build_command(
     cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None, context: Path = REPO_ROOT
 ) -> list[str]:
     argv = [*cli.argv, "--progress=plain", "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
-    for key, value in args.items():
+    for key, value in {**build_arg(variant), **args}.items():  # TORCH picks the line in its CUDA line's file
         argv += ["--build-arg", f"{key}={value}"]
     if ca_cert is not None:
         argv += ["--secret", f"id=pip_ca,src={ca_cert}"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from pipeline import labels
 from pipeline.containers import read_file, run_in_image
 from pipeline.errors import ValidationFailed
+from pipeline.render import dockerfile_path
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
 from pipeline.variants import Variant
@@ -118,7 +119,7 @@ SPEC_IN_IMAGE = str(BAKED_SPEC)
 def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
     """The image's baked spec must be the matrix's: `proof` holds the image to it."""
     if baked is None:
-        return f"the image has no {SPEC_IN_IMAGE}: not built from this checkout's Dockerfile.{variant.name}"
+        return f"the image has no {SPEC_IN_IMAGE}: not built from this checkout's {dockerfile_path(variant).name}"
     try:
         spec = json.loads(baked)
     except ValueError:

@@ -13,7 +13,8 @@ REGISTRY=${REGISTRY:-localhost:5000}
 CA=${BUILD_CA_CERT:-/etc/ssl/certs/ca-certificates.crt}
 OUT=docs/evidence/build-benchmark.json
 DOCKER=/usr/bin/docker
-DOCKERFILE="Dockerfile.$($PY build.py list --default)"
+# The default line is the first torch line of its CUDA line: its Dockerfile's TORCH default.
+DOCKERFILE=$($PY -c 'from pipeline.render import dockerfile_path; from pipeline.variants import load_matrix, resolve; print(dockerfile_path(resolve(load_matrix(), None)).name)')
 export DOCKER_BUILDKIT=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

