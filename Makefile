@@ -1,6 +1,9 @@
 # The two commands of the README. Both prepare the host first (idempotent).
 #   make image   build and validate the default image (2.9-cu128)
 #   make test    run the test suite: unit + image tests (Docker, no GPU)
+# Longer work, for the release workflow or by hand:
+#   make matrix  build and prove every line this host can build, one after another
+#                (LINES="2.4-cu121 2.15-cu132" for some; each image removed after its proof)
 
 # CUDA= picks another line (CUDA=13.0); empty: the matrix's default_cuda.
 CUDA ?=
@@ -13,7 +16,9 @@ PYTEST_ARGS ?=
 
 SHELL_FILES := container/start.sh container/profile.sh container/proof scripts/*.sh .ci/run
 
-.PHONY: image test unit lint bench-build
+LINES ?=
+
+.PHONY: image test unit lint bench-build matrix
 
 image:
 	bash scripts/prepare-host.sh
@@ -32,6 +37,10 @@ lint:
 	$(PYTHON) -m ruff format --check .
 	.venv/bin/shellcheck $(SHELL_FILES)
 	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py tests/unit/test_lint.py
+
+matrix:
+	bash scripts/prepare-host.sh
+	$(PYTHON) build.py matrix $(foreach l,$(LINES),--line $(l)) $(CA_FLAG)
 
 bench-build:
 	bash scripts/bench-build.sh

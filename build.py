@@ -3,9 +3,11 @@
 
     python build.py --cuda 12.8                      build and validate the default variant
     python build.py --cuda 12.1 --push               ... and push it (needs a GPU host,
-                                                     or --allow-cpu-validation)
+                                                     or --allow-cpu-validation); `build` is
+                                                     the default command
     python build.py list                             the variant matrix
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
+    python build.py matrix [--line VARIANT]          build and prove every line this host can
     python build.py advisories --from DIR|ZIP        refresh the audit's advisory snapshot
 
 Nothing is tagged before validation passed; nothing is pushed that was not
@@ -27,9 +29,49 @@ from smoke.rules import carried_text
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
 
 
+COMMANDS = {
+    "build": "build, validate, tag and optionally push one line (the default command)",
+    "list": "show the variant matrix: pins, how each line builds, what it carries",
+    "render": "write the Dockerfiles (one per CUDA line) and specs from images/ (--check: fail on drift)",
+    "lock": "resolve a line's hash-locked requirements with uv into images/locks/ (--check: offline staleness)",
+    "report": "rebuild the HTML pages and reports/index.html from every report.json under --report-dir",
+    "advisories": "rewrite the audit's advisory snapshot in images/advisories/ from --from DIR|ZIP",
+    "matrix": "build and prove every line this host can build, one after another, and write one summary table",
+}
+EPILOG = (
+    "commands (python build.py COMMAND --help):\n"
+    + "\n".join(f"  {name:<11} {text}" for name, text in COMMANDS.items())
+    + "\n\nexit codes:\n"
+    + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
+)
+GLOBAL_FLAGS = {"--matrix": True, "--debug": False}  # flag: takes a value
+
+
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit 2, like every other bad input
-        self.exit(2, f"build.py: {message} (see --help)\n")
+    """One line and exit 2 for every bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def refuse_extra(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
+    """Arguments the command does not take: a flag of another command names the command that takes it."""
+    owners = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, cmd in action.choices.items():
+                for flag in (f for a in cmd._actions for f in a.option_strings):
+                    owners.setdefault(flag, []).append(name)
+    for arg in extra:
+        takes = [c for c in owners.get(arg.split("=", 1)[0], []) if c != command]
+        if takes:
+            which = " and ".join(f"`build.py {c}`" for c in takes)
+            parser.exit(2, f"build.py {command}: {arg.split('=', 1)[0]} is a flag of {which}, not of `{command}` (see --help)\n")
+    parser.exit(2, f"build.py {command}: unrecognized arguments: {' '.join(extra)} (see --help)\n")
+
+
+def _add(parser: argparse.ArgumentParser, *names: str, **kwargs) -> None:
+    parser.add_argument(*names, **kwargs)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -39,111 +81,87 @@ def make_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "command",
-        nargs="?",
-        default="build",
-        choices=["build", "list", "render", "lock", "report", "advisories"],
-        help="build (default): build, validate, tag and optionally push; list: show the variant matrix; "
-        "render: write Dockerfile.cuXXX from images/ (with --check: fail if a committed one differs); "
-        "lock: resolve the variant's hash-locked requirements with uv into images/locks/ (with --check: "
-        "fail if a lock is stale against the matrix, offline); report: rebuild the HTML pages and "
-        "reports/index.html from every report.json under --report-dir; advisories: rewrite the audit's "
-        "advisory snapshot in images/advisories/ from --from DIR",
-    )
-    parser.add_argument(
-        "--cuda",
-        help="CUDA line to build, e.g. 12.8 or cu128 (default: the matrix's default_cuda); "
-        "where it has several torch lines, the first listed unless --torch picks another",
-    )
-    parser.add_argument(
-        "--torch",
-        help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
-        "build for the CUDA line (default: the torch the matrix pins for the line)",
-    )
-    parser.add_argument(
-        "--flavor",
-        default="base",
-        help="with build or lock: base (default), or a flavor of [flavors] in images/variants.toml, e.g. rlhf "
-        "(transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)",
-    )
-    parser.add_argument(
-        "--push", action="store_true", help="push the validated image (all its tags) to --registry (default: Docker Hub naming)"
-    )
-    parser.add_argument(
-        "--compression",
-        choices=("gzip", "zstd", "both"),
-        default="gzip",
-        help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; "
-        "zstd: smaller and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 "
-        "(needs skopeo); both: the tags stay gzip and each also gets a zstd form, TAG-zstd",
-    )
-    parser.add_argument(
-        "--hold-moving-tags",
-        action="store_true",
-        help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
-        "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest",
-    )
-    parser.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
-    parser.add_argument(
-        "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
-    )
-    parser.add_argument(
-        "--ca-cert",
-        type=Path,
-        default=os.environ.get("BUILD_CA_CERT") or None,
-        metavar="FILE",
-        help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit "
-        "secret, never stored in a layer (default: $BUILD_CA_CERT)",
-    )
-    parser.add_argument(
-        "--allow-cpu-validation",
-        action="store_true",
-        help="on a host without a GPU, allow --push of an image validated on the CPU only "
-        "(the report and the label io.proven-torch.gpu-validated say false)",
-    )
-    parser.add_argument(
-        "--advisories",
-        type=Path,
-        default=os.environ.get("ADVISORY_DB") or None,
-        metavar="DIR|ZIP",
-        help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the "
-        "image's Python packages offline; high/critical findings fail validation unless in "
-        "images/audit-allowlist.toml (default: $ADVISORY_DB, else the committed snapshot in images/advisories/)",
-    )
-    parser.add_argument(
-        "--from",
-        dest="from_dir",
-        type=Path,
-        metavar="DIR|ZIP",
-        help="with advisories: OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git "
-        "checkout of pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz",
-    )
-    parser.add_argument(
-        "--as-of", metavar="YYYY-MM-DD", help="with advisories: the records' date (default: the checkout's last commit)"
-    )
-    parser.add_argument(
-        "--source",
-        default="https://github.com/pypa/advisory-database",
-        help="with advisories: where the records came from, written into the snapshot (default: %(default)s)",
-    )
-    parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
-    parser.add_argument("--check", action="store_true", help="with render or lock: fail (exit 2) when a committed file is stale")
-    parser.add_argument("--markdown", action="store_true", help="with list: print the table as Markdown (the README's)")
-    parser.add_argument("--json", action="store_true", help="with list: print the matrix as JSON (what CI's workflows read)")
-    parser.add_argument("--default", action="store_true", help="with list: print the default variant's name (what scripts build)")
-    parser.add_argument(
-        "--pin",
-        metavar="PACKAGE",
-        action="append",
-        help="with list: print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), "
-        "e.g. gymnasium==X.Y.Z, or every line of a flavor when PACKAGE names one (rlhf); repeat it for "
-        "several (the host venv shares them)",
-    )
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    cmds = {}
+    for name, text in COMMANDS.items():
+        cmds[name] = sub.add_parser(
+            name,
+            help=text,
+            description=f"build.py {name}: {text}",
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    build, lock, matrix = cmds["build"], cmds["lock"], cmds["matrix"]
+
+    for cmd in (build, lock):
+        _add(cmd, "--cuda", help="CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several "
+             "torch lines, the first listed unless --torch picks another")  # fmt: skip
+        _add(cmd, "--torch", help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
+             "build for the CUDA line (default: the torch the matrix pins for the line)")  # fmt: skip
+        _add(cmd, "--flavor", default="base", help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
+             "rlhf (transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)")  # fmt: skip
+    _add(
+        build,
+        "--push",
+        action="store_true",
+        help="push the validated image (all its tags) to --registry (default: Docker Hub naming)",
+    )
+    _add(build, "--compression", choices=("gzip", "zstd", "both"), default="gzip",
+         help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; zstd: smaller "
+         "and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 (needs skopeo); "
+         "both: the tags stay gzip and each also gets a zstd form, TAG-zstd")  # fmt: skip
+    _add(build, "--hold-moving-tags", action="store_true",
+         help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
+         "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest")  # fmt: skip
+    _add(build, "--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
+    _add(build, "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)")
+    for cmd in (build, matrix):
+        _add(cmd, "--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE",
+             help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit secret, "
+             "never stored in a layer (default: $BUILD_CA_CERT)")  # fmt: skip
+        _add(cmd, "--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP",
+             help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the image's "
+             "Python packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
+             "(default: $ADVISORY_DB, else the committed snapshot in images/advisories/)")  # fmt: skip
+        _add(cmd, "-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
+    _add(build, "--allow-cpu-validation", action="store_true",
+         help="on a host without a GPU, allow --push of an image validated on the CPU only "
+         "(the report and the label io.proven-torch.gpu-validated say false)")  # fmt: skip
+    for cmd in (build, cmds["report"], matrix):
+        _add(cmd, "--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
+    for cmd in (cmds["render"], lock):
+        _add(cmd, "--check", action="store_true", help="fail (exit 2) when a committed file is stale")
+    listing = cmds["list"]
+    _add(listing, "--markdown", action="store_true", help="print the table as Markdown (the README's)")
+    _add(listing, "--json", action="store_true", help="print the matrix as JSON (what CI's workflows read)")
+    _add(listing, "--default", action="store_true", help="print the default variant's name (what scripts build)")
+    _add(listing, "--pin", metavar="PACKAGE", action="append",
+         help="print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or "
+         "every line of a flavor when PACKAGE names one (rlhf); repeat it for several (the host venv shares them)")  # fmt: skip
+    adv = cmds["advisories"]
+    _add(adv, "--from", dest="from_dir", type=Path, metavar="DIR|ZIP",
+         help="OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git checkout of "
+         "pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz")  # fmt: skip
+    _add(adv, "--as-of", metavar="YYYY-MM-DD", help="the records' date (default: the checkout's last commit)")
+    _add(adv, "--source", default="https://github.com/pypa/advisory-database",
+         help="where the records came from, written into the snapshot (default: %(default)s)")  # fmt: skip
+    _add(matrix, "--line", action="append", metavar="VARIANT",
+         help="only this line (repeat for several; default: every base line of the matrix)")  # fmt: skip
+    _add(matrix, "--keep", action="store_true", help="keep each image after its proof (default: remove it, to free disk)")
+
     return parser
+
+
+def _with_command(argv: list[str]) -> list[str]:
+    """`build` is the default command: `build.py --cuda 12.1 --push` means `build.py build --cuda 12.1 --push`."""
+    i = 0
+    while i < len(argv) and argv[i] in GLOBAL_FLAGS:
+        i += 2 if GLOBAL_FLAGS[argv[i]] else 1
+    if i < len(argv) and argv[i] in COMMANDS:
+        return argv
+    return [*argv[:i], "build", *argv[i:]]  # `--help` too: the default command's flags, the commands in its epilog
 
 
 def carried_advisories(matrix) -> dict[str, dict]:
@@ -336,8 +354,32 @@ def cmd_build(matrix, args) -> int:
     return 0
 
 
+def cmd_matrix(matrix, args) -> int:
+    """Every chosen line, built and proven in turn (no push); one summary table; exit 5 if a buildable line failed."""
+    from pipeline.errors import ValidationFailed
+    from pipeline.matrix import markdown, run_matrix, write_summary
+    from pipeline.run import BuildConfig
+    from smoke.proof import host_cpu
+
+    config = BuildConfig(
+        matrix=matrix, variant=resolve(matrix, None), push=False, registry=None, repo=matrix.name, ca_cert=args.ca_cert,
+        advisories=args.advisories, allow_cpu_validation=True, report_dir=args.report_dir, verbose=args.verbose,
+    )  # fmt: skip
+    rows = run_matrix(matrix, config, args.line, args.keep)
+    md, js = write_summary(rows, args.report_dir, host_cpu())
+    print(markdown(rows, host_cpu(), "today"), end="")
+    print(f"==> matrix summary: {md.relative_to(REPO_ROOT) if md.is_relative_to(REPO_ROOT) else md} and {js.name}")
+    failed = [r.line for r in rows if r.status == "failed"]
+    if failed:
+        raise ValidationFailed(f"matrix: {', '.join(failed)} failed; see {md}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, extra = parser.parse_known_args(_with_command(sys.argv[1:] if argv is None else list(argv)))
+    if extra:
+        refuse_extra(parser, args.command, extra)
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
@@ -353,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_advisories(args.from_dir, args.source, args.as_of)
         if args.command == "render":
             return cmd_render(matrix, args.check)
+        if args.command == "matrix":
+            return cmd_matrix(matrix, args)
         return cmd_build(matrix, args)
     except PipelineError as err:
         print(f"build.py: {err}", file=sys.stderr)

@@ -269,6 +269,9 @@ def test_help_explains_every_flag():
         (("--ca-cert", "/nonexistent/ca.pem"), 2, "--ca-cert /nonexistent/ca.pem: no such file"),
         (("--push",), 2, "--allow-cpu-validation"),
         (("--bogus",), 2, "unrecognized arguments"),
+        (("list", "--push"), 2, "build.py list: --push is a flag of `build.py build`, not of `list`"),
+        (("render", "--cuda", "12.8"), 2, "--cuda is a flag of `build.py build` and `build.py lock`, not of `render`"),
+        (("matrix", "--line", "9.9-cu999"), 2, "unknown variant '9.9-cu999'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, code, text):
@@ -364,3 +367,27 @@ def test_the_index_probe_tells_a_closed_port_from_one_that_answers():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_build_is_the_default_command_and_help_names_every_command():
+    from build import COMMANDS, _with_command
+
+    assert _with_command(["--cuda", "12.1", "--push"]) == ["build", "--cuda", "12.1", "--push"]
+    assert _with_command(["--matrix", "m.toml", "list"]) == ["--matrix", "m.toml", "list"]
+    assert _with_command([]) == ["build"]
+    out = _cli("--help").stdout
+    assert all(f"  {name} " in out for name in COMMANDS)
+
+
+def test_the_matrix_summary_is_one_row_per_line_with_what_it_measured():
+    from pipeline.matrix import LineResult, markdown
+
+    rows = [
+        LineResult("9.8-cu991", "9.8.1", "99.1", "PyPI alone", "proven (CPU only)", size_gb=7.8, build_seconds=250.0,
+                   proof_seconds=41.8, ppo_gate_seconds=5.4, advisories="2 high (high and critical accepted)"),
+        LineResult("9.7-cu992", "9.7.1", "99.2", "PyTorch's index (x/y) and PyPI", "not buildable here", detail="x unreachable"),
+    ]  # fmt: skip
+    text = markdown(rows, "Some CPU, 2 cores", "2099-01-01").splitlines()
+    assert text[0].startswith("Matrix run on Some CPU, 2 cores, 2099-01-01")
+    assert "| 9.8-cu991 | 9.8.1 | 99.1 | PyPI alone | proven (CPU only) | 7.8 | 250.0 | 41.8 | 5.4 | 2 high" in text[4]
+    assert text[5].startswith("| 9.7-cu992 |") and "not buildable here: x unreachable | - | - | - | - | - |" in text[5]

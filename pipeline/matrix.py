@@ -1,0 +1,135 @@
+"""`build.py matrix`: build and prove every line this host can build, one after another.
+
+Each line goes through the same pipeline as `build.py --cuda X` (build, validate,
+tag; no push). A line whose wheel index this host cannot reach is not built: the
+table says so and names what the host can build instead. After its proof each
+line's images are removed (unless `--keep`), so the disk holds one line at a time.
+The summary is one table, Markdown and JSON, under the report folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import build_image, docker_env
+from pipeline.errors import PipelineError, UsageError
+from pipeline.variants import Matrix, Variant, pypi_alternatives
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """One row of the summary: what happened to one line on this host."""
+
+    line: str
+    torch: str
+    cuda: str
+    builds_from: str
+    status: str  # "proven (CPU only)", "proven (GPU)", "failed", "not buildable here"
+    detail: str = ""
+    size_gb: float | None = None
+    build_seconds: float | None = None
+    proof_seconds: float | None = None
+    ppo_gate_seconds: float | None = None
+    advisories: str = ""
+
+
+def chosen_lines(matrix: Matrix, names: list[str] | None) -> list[Variant]:
+    if not names:
+        return list(matrix.variants)
+    return [matrix.by_name(name) for name in names]  # by_name refuses an unknown one with the list
+
+
+def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -> LineResult:
+    report = report or {}
+    validation = report.get("validation") or {}
+    size = (validation.get("size") or {}).get("uncompressed_bytes")
+    proof = validation.get("proof") or {}
+    ppo = validation.get("ppo") or {}
+    advisories = (proof.get("advisories") or {}).get("summary", "")
+    return LineResult(
+        line=variant.name, torch=variant.torch, cuda=variant.cuda, builds_from=variant.builds_from, status=status,
+        detail=detail, size_gb=round(size / 1e9, 2) if size else None, build_seconds=report.get("build_seconds"),
+        proof_seconds=proof.get("seconds"), ppo_gate_seconds=ppo.get("wall_seconds"), advisories=advisories,
+    )  # fmt: skip
+
+
+def _latest_report(report_dir: Path, variant: Variant) -> dict | None:
+    runs = sorted((report_dir / variant.name).glob("*/report.json"))
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
+def _remove_images(result) -> None:
+    client = docker_env.docker_client()
+    for ref in [*result.tags, result.stamped_id, result.validated_id]:
+        try:
+            client.images.remove(ref, force=True)
+        except Exception:  # noqa: BLE001 - already gone (removing a tag may remove the image)
+            pass
+
+
+def run_matrix(matrix: Matrix, base_config, names: list[str] | None, keep: bool) -> list[LineResult]:
+    """Build and prove each chosen line in turn; never stops at a failed line."""
+    from pipeline.run import run
+
+    rows = []
+    for variant in chosen_lines(matrix, names):
+        print(f"==> matrix: {variant.name} (torch {variant.torch}, CUDA {variant.cuda}, {variant.builds_from})", flush=True)
+        if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base_config.ca_cert)):
+            rows.append(
+                _row(
+                    variant,
+                    "not buildable here",
+                    None,
+                    f"{variant.index} unreachable ({why}); {pypi_alternatives(matrix, variant)}",
+                )
+            )
+            print(f"==> matrix: {variant.name}: not buildable here ({why})", flush=True)
+            continue
+        try:
+            result = run(dataclasses.replace(base_config, variant=variant))
+        except UsageError:
+            raise
+        except PipelineError as err:
+            rows.append(_row(variant, "failed", _latest_report(base_config.report_dir, variant), str(err)))
+            continue
+        report = json.loads(result.report_path.read_text())
+        rows.append(_row(variant, "proven (GPU)" if result.gpu else "proven (CPU only)", report))
+        if not keep:
+            _remove_images(result)
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def markdown(rows: list[LineResult], host: str, date: str) -> str:
+    head = (
+        f"Matrix run on {host}, {date} (`python build.py matrix`).\n\n"
+        "| line | torch | CUDA | builds from | result | size (GB) | build (s) | proof (s) | PPO gate (s) | advisories |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r.line} | {r.torch} | {r.cuda} | {r.builds_from} | {r.status}{': ' + r.detail if r.detail else ''} "
+        f"| {_cell(r.size_gb)} | {_cell(r.build_seconds)} | {_cell(r.proof_seconds)} | {_cell(r.ppo_gate_seconds)} "
+        f"| {r.advisories or '-'} |\n"
+        for r in rows
+    )
+    return head + body
+
+
+def write_summary(rows: list[LineResult], report_dir: Path, host: str) -> tuple[Path, Path]:
+    now = dt.datetime.now(dt.UTC)
+    out = report_dir / "matrix" / f"{now:%Y%m%dT%H%M%SZ}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(
+        json.dumps({"host": host, "date": now.isoformat(), "lines": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n"
+    )
+    (out / "summary.md").write_text(markdown(rows, host, f"{now:%Y-%m-%d}"))
+    return out / "summary.md", out / "summary.json"
