@@ -35,3 +35,26 @@ c.LabApp.news_url = None
 # image, so plain `sh`): /etc/profile.d/proven-torch.sh then gives them the
 # image's PATH like every other way in (docs/using-the-image.md).
 c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
+
+# TensorBoard behind the one published port, at /tensorboard/ under Jupyter's base URL and
+# behind Jupyter's own token or password (jupyter-server-proxy starts it on the first visit
+# and lists it in the Lab launcher). It reads $TENSORBOARD_LOGDIR, by default /workspace.
+c.ServerProxy.servers = {
+    "tensorboard": {
+        "command": [
+            "tensorboard",
+            "--logdir",
+            os.environ.get("TENSORBOARD_LOGDIR", "/workspace"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--path_prefix",
+            "{base_url}tensorboard",
+        ],
+        "absolute_url": True,  # TensorBoard serves under its --path_prefix, so the proxy keeps the path
+        "timeout": 60,
+        "new_browser_tab": True,
+        "launcher_entry": {"title": "TensorBoard"},
+    }
+}
