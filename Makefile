@@ -35,6 +35,7 @@ lint:
 	$(PYTHON) build.py render --check
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
 	.venv/bin/shellcheck $(SHELL_FILES)
 	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py tests/unit/test_lint.py
 

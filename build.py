@@ -56,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 def refuse_extra(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
     """Arguments the command does not take: a flag of another command names the command that takes it."""
-    owners = {}
+    owners: dict[str, list[str]] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, cmd in action.choices.items():

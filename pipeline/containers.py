@@ -49,7 +49,9 @@ def fetch_dir(container, path: str) -> dict[str, bytes]:
         for member in tar.getmembers():
             if member.isfile():
                 name = member.name.split("/", 1)[1] if "/" in member.name else member.name
-                files[name] = tar.extractfile(member).read()
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    files[name] = extracted.read()
     return files
 
 

@@ -63,5 +63,6 @@ EXIT_CODES = {
     BuildFailed.exit_code: "docker build failed (network errors reaching the wheel index included)",
     ValidationFailed.exit_code: "validation failed: the image was not tagged",
     PushFailed.exit_code: "push failed: registry unreachable or refused",
-    Interrupted.exit_code: "interrupted (Ctrl-C): nothing tagged or pushed",
+    Interrupted.exit_code: "interrupted (Ctrl-C): nothing tagged or pushed before validation passed; during a push "
+    "the validated image stays tagged locally (rerun with --push)",
 }

@@ -122,7 +122,7 @@ def exact_config(client, image_id: str) -> bytes:
             return out
 
     try:
-        with tarfile.open(fileobj=Stream(), mode="r|") as archive:
+        with tarfile.open(fileobj=Stream(), mode="r|") as archive:  # type: ignore[call-overload]  # read() is all r| needs
             for member in archive:
                 if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
                     data = archive.extractfile(member).read()
@@ -157,6 +157,7 @@ def _skopeo_copy(args: list[str], what: str, start: float) -> None:
     proc = subprocess.Popen([skopeo(), "copy", "--retry-times", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
     tail: list[str] = []
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         for line in proc.stdout:
             tail = (tail + [line.strip()])[-5:]

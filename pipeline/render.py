@@ -17,9 +17,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
 from pipeline.variants import REPO_ROOT, Matrix, Variant
+
+if TYPE_CHECKING:
+    from pipeline.validation.advisories import Database
 
 TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.template"
 FLAVOR_TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.flavor.template"  # a flavor: FROM its base image, one layer more
@@ -124,7 +128,7 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
 class AdvisoryInputs:
     """The committed advisory snapshot and allowlist, read once for all the variants rendered."""
 
-    database: object
+    database: Database
     allowlist: list
 
     @classmethod

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import labels
 from pipeline.containers import read_file, run_in_image
@@ -25,6 +26,9 @@ from pipeline.render import dockerfile_path
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
 from pipeline.variants import Variant
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 from smoke.expect import BAKED_SPEC
 
 PROOF_TIMEOUT_S = 2400
@@ -35,7 +39,7 @@ OUT = "/tmp/validation"
 class Request:
     """What validation is asked to do: which image, against which variant, with how many GPUs."""
 
-    client: object
+    client: DockerClient
     image_id: str
     variant: Variant
     gpus: int

@@ -334,12 +334,29 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     return (EXIT_PROVEN if not failures else EXIT_FAILED), record
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why this user cannot write proof's outputs into `folder` (checked before any check runs), or None."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".proof-write-test-"):
+            pass
+    except OSError as err:
+        return (
+            f"not writable by uid {os.getuid()} ({err.strerror}); mount a folder this user can write "
+            '(e.g. `docker run --user "$(id -u):$(id -g)" -v "$PWD/out:/out" IMAGE proof --out /out`)'
+        )
+    return None
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         args = parse_args(argv)
     except UsageError as err:
         print(f"proof: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    if args.out and (problem := unwritable(args.out)):
+        print(f"proof: error: --out {args.out}: {problem}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     try:
         code, record = prove(args, out)

@@ -116,7 +116,9 @@ def read_version(raw: str) -> tuple[Version, bool] | None:
 
 def _read_range(version: Version, events: list[dict]) -> Reading:
     """OSV ECOSYSTEM range semantics: `introduced` opens, `fixed` (exclusive) / `last_affected` close."""
-    parsed, by_rule, unreadable = [], [], []
+    parsed: list[tuple[Version, bool, str]] = []
+    by_rule: list[str] = []
+    unreadable: list[str] = []
     for event in events:
         kind = next((k for k in ("introduced", *_CLOSING) if k in event), None)
         if kind is None:  # "limit" and the like bound where to look, not what is affected
@@ -134,7 +136,9 @@ def _read_range(version: Version, events: list[dict]) -> Reading:
         parsed.append((value, kind != "introduced", kind))
     if unreadable:
         return Reading(True, tuple(by_rule), tuple(unreadable))
-    intervals, start, end = [], None, None
+    intervals: list[tuple[Version, tuple[str, Version] | None]] = []
+    start: Version | None = None
+    end: tuple[str, Version] | None = None
     for value, _, kind in sorted(parsed):
         if kind == "introduced":
             if start is not None and end is not None:
@@ -208,7 +212,7 @@ def vector_rating(kind: str, vector: str) -> str | None:
 def severity(record: dict) -> str:
     """The highest level the record states: the database's own (GHSA's database_specific.severity) or
     any CVSS vector's rating; UNKNOWN when it states none."""
-    levels = []
+    levels: list[str | None] = []
     level = str((record.get("database_specific") or {}).get("severity") or "").upper()
     if level:
         levels.append("MEDIUM" if level == "MODERATE" else level)

@@ -50,7 +50,7 @@ def size_summary(client, image_id: str, top: int = 5) -> dict:
         for h in client.api.history(image_id)
         if int(h.get("Size") or 0) > 0
     ]
-    layers.sort(key=lambda layer: layer["bytes"], reverse=True)
+    layers.sort(key=lambda layer: int(str(layer["bytes"])), reverse=True)
     return {
         "uncompressed_bytes": int(image.attrs["Size"]),
         "layers": len(image.attrs["RootFS"]["Layers"]),

@@ -148,8 +148,8 @@ class Jupyter:
     def execute(self, kernel_id: str, code: str, timeout: float = 120) -> dict:
         """Run `code` in the kernel over /api/kernels/<id>/channels.
 
-        Returns {"stdout": ..., "result": text/plain of the last expression or None,
-        "status": "ok" | "error", "error": traceback text}.
+        Returns {"stdout": ..., "stderr": ..., "result": text/plain of the last expression or None,
+        "status": "ok" | "error", "error": traceback text, "display": [MIME types of each display_data]}.
         """
         url = self.base.replace("http://", "ws://") + f"/api/kernels/{kernel_id}/channels"
         ws = websocket.create_connection(url, header=[f"Authorization: token {self.token}"], timeout=timeout)
@@ -168,7 +168,7 @@ class Jupyter:
             )
             msg["channel"] = "shell"
             ws.send(json.dumps(msg, default=str))
-            out = {"stdout": "", "result": None, "status": None, "error": ""}
+            out = {"stdout": "", "stderr": "", "result": None, "status": None, "error": "", "display": []}
             deadline = time.monotonic() + timeout
             idle = False
             while time.monotonic() < deadline and not (idle and out["status"]):
@@ -176,8 +176,10 @@ class Jupyter:
                 if reply.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
                     continue
                 kind, content = reply["msg_type"], reply["content"]
-                if kind == "stream" and content.get("name") == "stdout":
-                    out["stdout"] += content["text"]
+                if kind == "stream" and content.get("name") in ("stdout", "stderr"):
+                    out[content["name"]] += content["text"]
+                elif kind == "display_data":
+                    out["display"].append(sorted(content["data"]))  # the MIME types a front end is offered
                 elif kind == "execute_result":
                     out["result"] = content["data"].get("text/plain")
                 elif kind == "error":

@@ -5,6 +5,7 @@ the image (tests/image/test_jupyter_lifecycle.py)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,7 +39,9 @@ def test_an_empty_or_missing_token_is_generated(value):
     env = {} if value is None else {"JUPYTER_TOKEN": value}
     result = bash('setup_token; echo "$JUPYTER_TOKEN $TOKEN_GENERATED"', env=env)
     token, generated = result.stdout.split()
-    assert len(token) == 48 and int(token, 16) >= 0 and generated == "true", result.stderr
+    assert re.fullmatch(r"[0-9a-f]{48}", token) and generated == "true", result.stderr  # 24 random bytes, hex
+    again = bash('setup_token; echo "$JUPYTER_TOKEN"', env=env).stdout.strip()
+    assert again != token  # generated anew, not a constant
 
 
 def test_a_given_token_is_kept():

@@ -192,3 +192,20 @@ def test_a_gate_past_its_deadline_is_stopped_with_every_process_it_started(tmp_p
     while any(procs.alive(pid) for pid in seen) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [pid for pid in seen if procs.alive(pid)] == []
+
+
+def test_an_out_folder_this_user_cannot_write_is_refused_before_any_check(tmp_path, capsys):
+    """It used to run every check, then end in a traceback writing proof.json."""
+    import os
+
+    if os.getuid() == 0:  # root writes anywhere: make the folder a file's child instead
+        blocked = tmp_path / "a-file" / "out"
+        (tmp_path / "a-file").write_text("")
+    else:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        blocked = tmp_path / "ro" / "out"
+    started = time.monotonic()
+    code = proof.main(["--out", str(blocked)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == proof.EXIT_USAGE and time.monotonic() - started < 5
+    assert len(err) == 1 and err[0].startswith(f"proof: error: --out {blocked}: not writable by uid") and "--user" in err[0]
