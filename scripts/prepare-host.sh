@@ -34,6 +34,7 @@ if (( TEST_TOOLS )); then
     have ssh-keygen || need_apt+=(openssh-client)
     have chromium || need_apt+=(chromium)
     have skopeo || need_apt+=(skopeo)  # zstd pushes (build.py --compression) and their tests
+    have rsync || need_apt+=(rsync)    # the workstation tests copy with rsync over SSH
 fi
 have debootstrap || need_apt+=(debootstrap)
 

@@ -241,12 +241,12 @@ def test_a_tunnel_reaches_jupyterlab_and_the_token_is_still_required(box, keys):
 
         def answers():
             try:
-                return requests.get(url, timeout=5)
+                return [requests.get(url, timeout=5)]  # in a list: a 403 Response is falsy
             except requests.ConnectionError:
                 assert tunnel.poll() is None, tunnel.stderr.read()
                 return None
 
-        response = wait_until(answers, 30, "JupyterLab through the SSH tunnel")
+        (response,) = wait_until(answers, 30, "JupyterLab through the SSH tunnel")
         assert response.status_code == 403
         assert requests.get(url, headers={"Authorization": f"token {box[2]}"}, timeout=10).status_code == 200
     finally:
@@ -263,7 +263,8 @@ def test_a_forwarded_agent_lets_git_inside_use_the_users_key_and_no_key_is_store
     env = dict(os.environ, SSH_AUTH_SOCK=str(sock))
     try:
         subprocess.run(["ssh-add", str(keys["key"])], env=env, capture_output=True, timeout=30, check=True)
-        secret_line = keys["key"].read_text().splitlines()[1]  # a line of the private key's body
+        # The body's last line holds private key material (the first is the same in every OpenSSH key).
+        secret_line = keys["key"].read_text().splitlines()[-2]
         script = (
             "set -e; ssh-add -l; rm -rf /workspace/repo.git /tmp/clone; git init -q --bare /workspace/repo.git; "
             "GIT_SSH_COMMAND='ssh -p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR' "
