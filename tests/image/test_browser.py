@@ -29,13 +29,20 @@ def chromium(profile, *args: str, timeout: int = 120) -> subprocess.CompletedPro
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+TOKEN = "browser-test-token-0123456789"
+
+
 @pytest.fixture(scope="module")
-def lab_url(docker, image):
-    token = "browser-test-token-0123456789"
-    with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": token}) as container:
+def lab(docker, image):
+    with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": TOKEN}) as container:
         container.start(ports=(8888,))
         wait_for_jupyter(container)
-        yield f"http://127.0.0.1:{container.ports[8888]}/lab?token={token}"
+        yield container
+
+
+@pytest.fixture(scope="module")
+def lab_url(lab):
+    return f"http://127.0.0.1:{lab.ports[8888]}/lab?token={TOKEN}"
 
 
 def need_chromium():
@@ -77,3 +84,24 @@ def test_a_screenshot_is_taken(lab_url, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000, f"a near-empty screenshot: {png}"
     print(f"screenshot: {png}")
+
+
+def test_the_launcher_offers_tensorboard(dom):
+    assert 'jp-LauncherCard" title="TensorBoard' in dom, dom[:2000]
+
+
+def test_tensorboard_opens_under_8888_and_shows_the_ppo_gates_scalars(lab, tmp_path):
+    """TensorBoard as a browser sees it at /tensorboard/ (the token in the URL, as the Lab's
+    launcher passes it), with the scalars a short PPO run wrote into /workspace."""
+    need_chromium()
+    code, output = lab.exec(
+        ["python", "-m", "ppo_bench", "--device", "cpu", "--seed", "1", "--total-timesteps", "4096", "--num-envs", "8",
+         "--num-steps", "64", "--threads", "1", "--no-progress", "--out-dir", "/workspace/runs/ppo-browser"],
+        timeout=300,
+    )  # fmt: skip
+    assert code in (0, 3), output[-2000:]  # 3: below target (a short run is); its scalars are written
+    url = f"http://127.0.0.1:{lab.ports[8888]}/tensorboard/?token={TOKEN}#timeseries"
+    result = chromium(tmp_path / "profile", "--virtual-time-budget=30000", "--dump-dom", url, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "TensorBoard" in result.stdout and "ppo-browser" in result.stdout, result.stdout[-3000:]
+    assert "No dashboards are active" not in result.stdout
