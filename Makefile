@@ -29,7 +29,7 @@ test:
 	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 unit:
-	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "unit and not process" $(PYTEST_ARGS)
 
 lint:
 	$(PYTHON) build.py render --check

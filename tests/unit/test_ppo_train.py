@@ -32,6 +32,7 @@ def checkpoint(path):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+@pytest.mark.process
 def test_gate_command_line_learns_and_writes_the_contract(tmp_path):
     """build.py's command line (with a short budget): returns must rise far above a
     random policy's ~22, and an unreachable target must end in exit 3 with one line."""
@@ -229,6 +230,7 @@ def torchrun_argv(out, *extra):
     ]
 
 
+@pytest.mark.process
 def test_torchrun_two_gloo_processes(tmp_path):
     out = tmp_path / "ddp"
     proc = run_cli(torchrun_argv(out, "--total-timesteps", str(2 * 16 * 16 * 6)), env_extra={"OMP_NUM_THREADS": "1"})
@@ -246,6 +248,7 @@ def test_torchrun_two_gloo_processes(tmp_path):
     assert r0["episodes"] == r1["episodes"]  # every rank saw all ranks' episodes
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target_kl", ["0.001", "0.01"])
 def test_torchrun_ranks_stop_their_epochs_together(tmp_path, target_kl):
     """Early stopping on KL is decided on the ranks' mean KL: with a tight limit some updates stop
@@ -283,6 +286,7 @@ def _rank_pids(parent: int) -> dict[int, int]:
     return found
 
 
+@pytest.mark.process
 def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     """A rank that stops answering (SIGSTOP: a hung node) ends the job within --dist-timeout plus
     torchrun's teardown, with one line naming the rank that waited and the collective."""
@@ -323,6 +327,7 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     assert len(lines) == 1 and "did not complete within 10 s" in lines[0], err[-3000:]
 
 
+@pytest.mark.process
 def test_a_crashed_rank_resumes_from_the_last_checkpoint_with_max_restarts(tmp_path):
     """torchrun --max-restarts: a rank killed mid-run (SIGKILL) restarts the worker group; the ranks
     agree on the newest checkpoint iteration both hold and finish the run from there, not from step 0."""

@@ -115,6 +115,7 @@ def host_proof(tmp_path_factory):
     return done, json.loads((out / "proof.json").read_text()), out
 
 
+@pytest.mark.process
 def test_host_proof_passes_and_writes_its_outputs(host_proof):
     done, record, out = host_proof
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -140,6 +141,7 @@ def test_expect_and_as_installed_exclude_each_other():
     assert done.returncode == 2 and "not allowed with argument" in done.stderr
 
 
+@pytest.mark.process
 def test_gpu_evidence_script_runs_end_to_end_in_its_cpu_test_mode(tmp_path):
     """The GPU evidence script, as far as a machine without a GPU can take it: it says it is no evidence."""
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "GPU_EVIDENCE_CPU": "1", "HOME": str(tmp_path)}
@@ -166,6 +168,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.process
 def test_a_gate_past_its_deadline_is_stopped_with_every_process_it_started(tmp_path, monkeypatch):
     """The bug it fixes: only the direct child was killed, so ranks in their own sessions ran on,
     holding GPUs, after `proof` had given up."""

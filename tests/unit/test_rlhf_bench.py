@@ -58,6 +58,7 @@ def gate(tmp_path_factory):
     return proc, out, json.loads((out / "result.json").read_text())
 
 
+@pytest.mark.process
 def test_gate_passes_and_says_so_in_one_line(gate):
     proc, out, _ = gate
     passed = [ln for ln in proc.stdout.splitlines() if ln.startswith("rlhf_bench: PASSED:")]
@@ -115,6 +116,7 @@ def test_reward_curve_is_a_png(gate):
 
 
 # --- the two-rank run ------------------------------------------------------------------------
+@pytest.mark.process
 def test_two_ranks_end_with_identical_weights(tmp_path):
     proc = run_gate(["--out", str(tmp_path), "--processes", "2"])
     assert proc.returncode == EXIT_OK, proc.stdout + proc.stderr + (tmp_path / "ranks" / "launch.log").read_text()
@@ -128,6 +130,7 @@ def test_two_ranks_end_with_identical_weights(tmp_path):
     assert {p.name for p in (tmp_path / "ranks").glob("rank*.json")} == {"rank0.json", "rank1.json"}
 
 
+@pytest.mark.process
 def test_a_multi_process_run_past_its_timeout_is_killed_and_fails_with_exit_4(tmp_path):
     proc = run_gate(["--out", str(tmp_path), "--processes", "2", "--timeout", "1", *SHORT], timeout=120)
     assert proc.returncode == EXIT_POLICY, proc.stdout + proc.stderr
@@ -154,6 +157,7 @@ def test_a_multi_process_run_past_its_timeout_is_killed_and_fails_with_exit_4(tm
 
 
 # --- failures: one line, a documented exit code -------------------------------------------------
+@pytest.mark.process
 def test_learning_rate_zero_fails_the_gate_with_exit_3(tmp_path):
     proc = run_gate(["--out", str(tmp_path), "--learning-rate", "0"])
     assert proc.returncode == EXIT_NO_RISE, proc.stdout + proc.stderr
@@ -165,6 +169,7 @@ def test_learning_rate_zero_fails_the_gate_with_exit_3(tmp_path):
     assert r["sample"]["completion"]  # the policy itself was fine: saved, reloaded, generated
 
 
+@pytest.mark.process
 def test_a_policy_that_cannot_be_saved_fails_with_exit_4(tmp_path):
     (tmp_path / "policy").write_text("a file where the policy folder should go\n")
     proc = run_gate(["--out", str(tmp_path), *SHORT])

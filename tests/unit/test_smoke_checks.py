@@ -197,6 +197,7 @@ def test_train_steps_notices_a_loss_that_does_not_fall(monkeypatch):
 # --------------------------------------------------------------------------- distributed (gloo, real torchrun)
 
 
+@pytest.mark.process
 def test_gloo_two_processes_via_torchrun():
     outcome = checks.run_distributed("gloo", 2, timeout=120)
     assert outcome.status == "pass", outcome.detail

@@ -75,6 +75,7 @@ def full_run(host_expect, tmp_path_factory):
     }
 
 
+@pytest.mark.process
 def test_full_run_passes_on_host_without_require_gpu(full_run):
     assert full_run["rc"] == 0, "\n".join(full_run["lines"]) + full_run["stderr"]
     assert full_run["lines"][-1].startswith("smoke: OK")
@@ -125,6 +126,7 @@ def test_gpu_checks_skipped_with_reason_and_cpu_checks_ran(full_run):
     assert by_name["compile"]["detail"].startswith("cpu")
 
 
+@pytest.mark.process
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the behaviour of a host without a GPU; the gpu group covers GPU hosts")
 def test_require_gpu_fails_on_a_host_without_gpu(host_expect, tmp_path):
     out = tmp_path / "r.json"
@@ -148,6 +150,7 @@ def test_require_gpu_is_a_flag_not_an_expectation(host_expect):
     assert done.returncode == 2 and "unknown key(s) require_gpu" in done.stderr
 
 
+@pytest.mark.process
 def test_expect_from_a_file_and_a_wrong_pin_fails(host_expect, tmp_path):
     path = tmp_path / "expect.json"
     path.write_text(json.dumps({**json.loads(host_expect), "torch": "1.0.0"}))
