@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 
-def _parents() -> dict[int, int]:
+def parents() -> dict[int, int]:
     """{pid: parent pid} of every process visible in /proc."""
     out = {}
     for entry in Path("/proc").iterdir():
@@ -36,7 +36,7 @@ def _parents() -> dict[int, int]:
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (children, grandchildren, ...), parents before children."""
     children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
+    for child, parent in parents().items():
         children.setdefault(parent, []).append(child)
     found, todo = [], [pid]
     while todo:

@@ -5,6 +5,7 @@ test_browser.py; every call is bounded by a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -92,6 +93,24 @@ def wait_for_sshd(container: TrackedContainer, timeout: float = 60) -> int:
     port = container.ports[2222]
     wait_until(lambda: host_keys(port), timeout, f"sshd on 127.0.0.1:{port}", interval=1)
     return port
+
+
+@contextlib.contextmanager
+def lab_and_sshd(client, image: str, public_key: str, labels: dict[str, str]):
+    """JupyterLab and sshd together on a fresh /workspace volume, as `docker run -p ... -e PUBLIC_KEY=...
+    -v VOLUME:/workspace IMAGE` makes them: yields (container, host port of sshd, Jupyter's token)."""
+    vol = client.volumes.create(labels=labels)
+    try:
+        mounts = {vol.name: {"bind": "/workspace", "mode": "rw"}}
+        with TrackedContainer(
+            client, image, environment={"PUBLIC_KEY": public_key}, volumes=mounts, healthcheck=FAST_HEALTHCHECK
+        ) as container:
+            container.start(ports=(8888, 2222))
+            token = wait_for_jupyter(container)
+            wait_for_sshd(container)
+            yield container, container.ports[2222], token
+    finally:
+        vol.remove(force=True)
 
 
 def run_command(client, image: str, command: list[str], timeout: float = 120, **kwargs) -> tuple[int, str]:

@@ -14,15 +14,14 @@ import subprocess
 import pytest
 
 from tests.image.service_helpers import (
-    FAST_HEALTHCHECK,
     LOGIN,
     Jupyter,
     client_options,
     host_keys,
+    lab_and_sshd,
     make_keypair,
     run_command,
     ssh,
-    wait_for_jupyter,
     wait_for_sshd,
 )
 from tests.image.tracked_container import TrackedContainer, wait_until
@@ -50,18 +49,8 @@ def volume(docker):
 @pytest.fixture(scope="module")
 def box(docker, image, keys):
     """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
-    vol = docker.volumes.create(labels=LABELS)
-    try:
-        mounts = {vol.name: {"bind": "/workspace", "mode": "rw"}}
-        with TrackedContainer(
-            docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts, healthcheck=FAST_HEALTHCHECK
-        ) as container:
-            container.start(ports=(8888, 2222))
-            token = wait_for_jupyter(container)
-            wait_for_sshd(container)
-            yield container, container.ports[2222], token
-    finally:
-        vol.remove(force=True)
+    with lab_and_sshd(docker, image, keys["public"], LABELS) as running:
+        yield running
 
 
 def test_a_batch_job_imports_torch_and_writes_to_workspace(box, keys):

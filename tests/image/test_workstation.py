@@ -20,16 +20,14 @@ import requests
 import testinfra
 
 from tests.image.service_helpers import (
-    FAST_HEALTHCHECK,
     Jupyter,
     client_options,
+    lab_and_sshd,
     make_keypair,
     ssh,
     ssh_argv,
-    wait_for_jupyter,
-    wait_for_sshd,
 )
-from tests.image.tracked_container import TrackedContainer, free_port, wait_until
+from tests.image.tracked_container import free_port, wait_until
 
 pytestmark = pytest.mark.image
 
@@ -45,18 +43,9 @@ def keys(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def box(docker, image, keys):
-    vol = docker.volumes.create(labels=LABELS)
-    try:
-        mounts = {vol.name: {"bind": "/workspace", "mode": "rw"}}
-        with TrackedContainer(
-            docker, image, environment={"PUBLIC_KEY": keys["public"]}, volumes=mounts, healthcheck=FAST_HEALTHCHECK
-        ) as container:
-            container.start(ports=(8888, 2222))
-            token = wait_for_jupyter(container)
-            wait_for_sshd(container)
-            yield container, container.ports[2222], token
-    finally:
-        vol.remove(force=True)
+    """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
+    with lab_and_sshd(docker, image, keys["public"], LABELS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import torch
 from ppo_bench import __main__ as cli
 from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_USAGE
 from ppo_bench.ppo import Args, train
+from smoke import procs
 from smoke.checks import free_port
 
 pytestmark = pytest.mark.unit
@@ -270,19 +271,14 @@ def test_torchrun_ranks_stop_their_epochs_together(tmp_path, target_kl):
 def _rank_pids(parent: int) -> dict[int, int]:
     """{RANK: pid} of torchrun's workers (children of `parent`), read from /proc."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in (pid for pid, ppid in procs.parents().items() if ppid == parent):
         try:
-            stat = (entry / "stat").read_text()
-            environ = (entry / "environ").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
             continue
         for item in environ:
             if item.startswith(b"RANK="):
-                found[int(item[5:])] = int(entry.name)
+                found[int(item[5:])] = pid
     return found
 
 
