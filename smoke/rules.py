@@ -7,10 +7,7 @@ run, a wheel set it did not install).
 
 from __future__ import annotations
 
-import os
-import platform
 import re
-import sys
 from dataclasses import dataclass
 
 MIB = 1024 * 1024
@@ -123,125 +120,11 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@dataclass(frozen=True)
-class Requirement:
-    name: str  # normalized
-    specifiers: tuple[tuple[str, str], ...]  # (('==', '9.10.2.21'),)
-    marker: str  # '' when none
-    text: str
-
-
-_REQ_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(\(?)([^;]*?)\)?\s*(?:;\s*(.*))?$")
-_SPEC_RE = re.compile(r"^\s*(===|~=|==|!=|<=|>=|<|>)\s*([^\s,]+)\s*$")
-
-
-def parse_requirement(text: str) -> Requirement:
-    """Parse one Requires-Dist line ('nvidia-nccl-cu12==1.2.3; platform_system == "Linux"').
-
-    Only what torch's metadata uses: name, optional extras, comma-separated
-    specifiers, an optional marker. Raises ValueError on anything else.
-    """
-    match = _REQ_RE.match(text)
-    if not match:
-        raise ValueError(f"cannot parse requirement {text!r}")
-    name, _extras, _paren, spec_text, marker = match.groups()
-    specs = []
-    for piece in filter(None, (p.strip() for p in spec_text.split(","))):
-        spec = _SPEC_RE.match(piece)
-        if not spec:
-            raise ValueError(f"cannot parse version specifier {piece!r} in {text!r}")
-        specs.append((spec.group(1), spec.group(2)))
-    return Requirement(normalize_name(name), tuple(specs), (marker or "").strip(), text.strip())
-
-
-def specifier_ok(version: str, op: str, wanted: str) -> bool:
-    """Does `version` satisfy `op wanted`? Numeric releases only; '==X.*' wildcards supported."""
-    if op in ("==", "!=") and wanted.endswith(".*"):
-        prefix = version_tuple(wanted[:-2])
-        hit = version_tuple(version)[: len(prefix)] == prefix
-        return hit if op == "==" else not hit
-    if op == "===":
-        return version == wanted
-    if op == "~=":  # ~=2.2.1 means >=2.2.1, ==2.2.*
-        base = version_tuple(wanted)
-        return version_cmp(version, wanted) >= 0 and version_tuple(version)[: len(base) - 1] == base[:-1]
-    c = version_cmp(version, wanted)
-    return {"==": c == 0, "!=": c != 0, ">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0}[op]
-
-
 def default_environment() -> dict[str, str]:
-    """Marker variables for this interpreter (PEP 508 names)."""
-    return {
-        "platform_system": platform.system(),
-        "platform_machine": platform.machine(),
-        "sys_platform": sys.platform,
-        "os_name": os.name,
-        "python_version": ".".join(platform.python_version_tuple()[:2]),
-        "python_full_version": platform.python_version(),
-        "implementation_name": sys.implementation.name,
-        "platform_python_implementation": platform.python_implementation(),
-        "extra": "",
-    }
+    """Marker variables for this interpreter (PEP 508 names, from `packaging`), with no extra asked for."""
+    from packaging.markers import default_environment as markers_environment
 
-
-_MARKER_TOKEN = re.compile(
-    r"\s*(\(|\)|and\b|or\b|not in\b|in\b|===|==|!=|<=|>=|~=|<|>|'[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_.]*)"
-)
-
-
-def marker_applies(marker: str, env: dict[str, str]) -> bool:
-    """Evaluate a PEP 508 marker: `and`/`or`/parentheses over `var op 'value'` terms.
-
-    Unknown variables compare as '' so a requirement is kept rather than silently
-    dropped. Version variables (python_version ...) compare numerically.
-    """
-    if not marker.strip():
-        return True
-    tokens, pos = [], 0
-    while pos < len(marker):
-        match = _MARKER_TOKEN.match(marker, pos)
-        if not match:
-            if marker[pos:].strip():
-                raise ValueError(f"cannot parse marker {marker!r}")
-            break
-        tokens.append(match.group(1))
-        pos = match.end()
-
-    def value(tok: str) -> str:
-        if tok[:1] in "'\"":
-            return tok[1:-1]
-        return env.get(tok, "")
-
-    def term(i: int) -> tuple[bool, int]:
-        if tokens[i] == "(":
-            result, i = expr(i + 1)
-            return result, i + 1  # skip ')'
-        left, op, right = tokens[i], tokens[i + 1], tokens[i + 2]
-        is_version = any(t in ("python_version", "python_full_version") for t in (left, right))
-        a, b = value(left), value(right)
-        if op == "in":
-            return a in b, i + 3
-        if op == "not in":
-            return a not in b, i + 3
-        if is_version:
-            return specifier_ok(a, op, b), i + 3
-        return {"==": a == b, "!=": a != b, "===": a == b}.get(op, False), i + 3
-
-    def conj(i: int) -> tuple[bool, int]:
-        result, i = term(i)
-        while i < len(tokens) and tokens[i] == "and":
-            right, i = term(i + 1)
-            result = result and right
-        return result, i
-
-    def expr(i: int) -> tuple[bool, int]:
-        result, i = conj(i)
-        while i < len(tokens) and tokens[i] == "or":
-            right, i = conj(i + 1)
-            result = result or right
-        return result, i
-
-    return expr(0)[0]
+    return {**markers_environment(), "extra": ""}
 
 
 def is_cuda_runtime_requirement(name: str) -> bool:
@@ -250,25 +133,37 @@ def is_cuda_runtime_requirement(name: str) -> bool:
 
 
 def check_requirements(requires: list[str], installed: dict[str, str | None], env: dict[str, str]) -> tuple[list[str], list[str]]:
-    """Check torch's nvidia-*/triton requirements against installed versions.
+    """Check torch's nvidia-*/triton requirements (its Requires-Dist lines, PEP 508, read by
+    `packaging`) against installed versions, for the marker environment `env`.
 
     `installed` maps normalized names to versions (None: not installed).
-    Returns (ok_lines, problems).
+    Returns (ok_lines, problems); a line that cannot be read is a problem, not a skip.
     """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion
+
     ok, problems = [], []
     for line in requires:
-        req = parse_requirement(line)
-        if not is_cuda_runtime_requirement(req.name) or not marker_applies(req.marker, env):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            problems.append(f"cannot read torch's requirement {line!r}: {err}")
             continue
-        have = installed.get(req.name)
+        name = normalize_name(req.name)
+        if not is_cuda_runtime_requirement(name) or (req.marker is not None and not req.marker.evaluate(env)):
+            continue
+        have = installed.get(name)
         if have is None:
-            problems.append(f"{req.name} is required by torch ({req.text}) but not installed")
+            problems.append(f"{name} is required by torch ({line.strip()}) but not installed")
             continue
-        bad = [f"{op}{v}" for op, v in req.specifiers if not specifier_ok(have, op, v)]
-        if bad:
-            problems.append(f"{req.name} {have} installed, torch requires {','.join(bad)}")
+        try:
+            fits = req.specifier.contains(have, prereleases=True)
+        except InvalidVersion:
+            fits = False
+        if fits:
+            ok.append(f"{name}=={have}")
         else:
-            ok.append(f"{req.name}=={have}")
+            problems.append(f"{name} {have} installed, torch requires {req.specifier}")
     return ok, problems
 
 
