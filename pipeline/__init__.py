@@ -3,7 +3,7 @@
     variants     resolve the request against images/variants.toml (the one place with versions)
     render       Dockerfile.cu<XYZ> (one per CUDA line) and images/expect/<variant>.json from images/
     lock         the hash-locked requirements, one file per image layer (build.py lock)
-    build_image  BuildKit build, untagged (--iidfile), streamed
+    build_image  the wheel index's reach checked, then the BuildKit build, untagged (--iidfile), streamed
     validate     named stages, cheapest first: labels, spec and size; hygiene scan;
                  SBOM and audit (pipeline/validation/); then the image's own `proof`
     report       report.json and its HTML page (html_report)
@@ -11,6 +11,7 @@
     tags         tags from what the validated image reports, checked against the pins
     push         each tag re-checked before its push; the SBOM beside the image
     run          the stages in that order, for one BuildConfig
+    matrix       run for every line this host can build, one after another (build.py matrix)
 
 Helpers: containers (the one way to run a program in a container of an image),
 docker_env (the daemon and the BuildKit CLI), errors (typed errors with exit codes).
