@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from pipeline.errors import EXIT_CODES, PipelineError, UsageError
-from pipeline.variants import REPO_ROOT, load_matrix, resolve
+from pipeline.variants import BASE, REPO_ROOT, load_matrix, resolve
 from smoke.rules import carried_text
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
@@ -100,7 +100,7 @@ def make_parser() -> argparse.ArgumentParser:
              "torch lines, the first listed unless --torch picks another")  # fmt: skip
         _add(cmd, "--torch", help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
              "build for the CUDA line (default: the torch the matrix pins for the line)")  # fmt: skip
-        _add(cmd, "--flavor", default="base", help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
+        _add(cmd, "--flavor", default=BASE, help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
              "rlhf (transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)")  # fmt: skip
     _add(
         build,
@@ -287,7 +287,7 @@ def cmd_render(matrix, check: bool) -> int:
     return 0
 
 
-def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool, flavor: str = "base") -> int:
+def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool, flavor: str = BASE) -> int:
     from pipeline.lock import compile_lock, lock_status, write_lock
     from pipeline.render import render_all
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
-from pipeline.variants import REPO_ROOT, Matrix, Variant
+from pipeline.variants import REPO_ROOT, Matrix, Variant, cuda_tag
 
 if TYPE_CHECKING:
     from pipeline.validation.advisories import Database
@@ -98,14 +98,9 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
     )
 
 
-def cuda_tag(variant: Variant) -> str:
-    """'cu121' for CUDA 12.1: the CUDA line as the Dockerfile and tags name it."""
-    return "cu" + variant.cuda.replace(".", "")
-
-
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
     """The variant's CUDA line's Dockerfile: Dockerfile.cu121, or Dockerfile.cu128-rlhf for a flavor."""
-    return root / ("Dockerfile." + cuda_tag(variant) + ("" if variant.flavor == "base" else f"-{variant.flavor}"))
+    return root / ("Dockerfile." + cuda_tag(variant.cuda) + (f"-{variant.flavor}" if variant.flavored else ""))
 
 
 def build_arg(variant: Variant) -> dict[str, str]:
@@ -187,7 +182,7 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "PYTHON": variant.python,
         "CUDA": variant.cuda,
         "CUDA_MAJOR": variant.cuda.split(".")[0],
-        "CUDA_TAG": cuda_tag(variant),
+        "CUDA_TAG": cuda_tag(variant.cuda),
         "CUDNN": str(variant.cudnn),
         "TORCH": variant.torch,
         "TORCH_MINOR": variant.torch_minor,
@@ -203,7 +198,7 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "UID": str(matrix.uid),
         "GID": str(matrix.gid),
     }
-    if variant.flavor != "base":
+    if variant.flavored:
         values.update(
             FLAVOR=variant.flavor, DESCRIPTION=variant.note, FLAVOR_LAYER=flavor_layer(matrix, variant),
             LOCK=str((lock_dir(variant) / layers(variant)[0][0]).relative_to(REPO_ROOT)),
@@ -225,7 +220,7 @@ def _fill(template: str, values: dict[str, str], name: str) -> str:
 
 def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str:
     """The Dockerfile of `variant`'s CUDA line (in its flavor): one stage per torch line, TORCH picks."""
-    flavored = variant.flavor != "base"
+    flavored = variant.flavored
     path = FLAVOR_TEMPLATE_PATH if flavored else TEMPLATE_PATH
     stage_path = FLAVOR_STAGE_TEMPLATE_PATH if flavored else STAGE_TEMPLATE_PATH
     template = path.read_text() if template is None else template

@@ -231,7 +231,7 @@ def run(config: BuildConfig) -> RunResult:
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     args = build_image.build_args(revision, created)
-    if variant.flavor != "base":  # a flavor builds FROM its base image: the same layers, one more on top
+    if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
         base = config.matrix.by_name(variant.base_name)
         print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
         base_built = build_image.build_image(cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose)

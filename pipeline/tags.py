@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from pipeline.errors import ValidationFailed
-from pipeline.variants import Variant
+from pipeline.variants import Variant, cuda_tag, variant_name
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -41,11 +41,9 @@ def compute_tags(variant: Variant, smoke_report: dict, date: str, revision: str)
     (and the flavor, last); only the default base variant moves `latest`."""
     check_facts_match_pins(variant, smoke_report)
     torch, cuda, python = image_facts(smoke_report)
-    cu = "cu" + cuda.replace(".", "")
-    flavor = "" if variant.flavor == "base" else f"-{variant.flavor}"  # a flavor's tags end in its name
-    immutable = f"{torch}-{cu}-py{python}-{date}-{revision}{flavor}"
-    minor = ".".join(torch.split(".")[:2])
-    moving = [f"{minor}-{cu}{flavor}"] + (["latest"] if variant.is_default else [])
+    flavor = f"-{variant.flavor}" if variant.flavored else ""  # a flavor's tags end in its name
+    immutable = f"{torch}-{cuda_tag(cuda)}-py{python}-{date}-{revision}{flavor}"
+    moving = [variant_name(torch, cuda) + flavor] + (["latest"] if variant.is_default else [])  # the line's name
     for tag in [immutable, *moving]:
         if not _TAG.match(tag):
             raise ValidationFailed(f"computed tag {tag!r} is not a valid Docker tag")

@@ -13,6 +13,8 @@ from pipeline.errors import MatrixError, UsageError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MATRIX_PATH = REPO_ROOT / "images" / "variants.toml"
 
+BASE = "base"  # the flavor name of a line without a flavor
+
 _VARIANT_KEYS = {
     "cuda": str,
     "torch": str,
@@ -78,11 +80,16 @@ class Variant:
     driver_lines: tuple[tuple[str, str], ...] = ()  # (CUDA line, min driver) of every variant
     # A flavor ("rlhf") is its base variant plus a layer of its own: name "2.9-cu128-rlhf",
     # base_name "2.9-cu128", its extra pins, and its gate's settings (rlhf_bench's options).
-    flavor: str = "base"
+    flavor: str = BASE  # or a flavor of [flavors], e.g. "rlhf"
     base_name: str = ""
     flavor_packages: tuple[tuple[str, str], ...] = ()
     flavor_gate: tuple[tuple[str, object], ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # the line's own environment in its image (a workaround its torch needs)
+
+    @property
+    def flavored(self) -> bool:
+        """A flavor of a base line (its own layer on top of the base image), not the base line itself."""
+        return self.flavor != BASE
 
     @property
     def torch_minor(self) -> str:
@@ -134,7 +141,7 @@ class Variant:
             "expect": self.expectations(),
             "ppo_gate": dataclasses.asdict(self.ppo_gate),
         }
-        if self.flavor != "base":
+        if self.flavored:
             spec["flavor"] = self.flavor
             spec[f"{self.flavor}_gate"] = dict(self.flavor_gate)
         return spec
@@ -171,11 +178,11 @@ class Matrix:
 
     def flavored(self, variant: Variant, flavor: str) -> Variant:
         """The `flavor` of a base variant, refused with one line when the matrix has no such pair."""
-        if flavor == "base":
+        if flavor == BASE:
             return variant
         found = next((f for f in self.flavors if f.name == flavor), None)
         if found is None:
-            names = ", ".join(["base", *(f.name for f in self.flavors)])
+            names = ", ".join([BASE, *(f.name for f in self.flavors)])
             raise UsageError(f"unknown flavor {flavor!r}; the matrix has {names}")
         if variant.name not in found.lines:
             raise UsageError(
@@ -314,7 +321,12 @@ def pypi_alternatives(matrix: Matrix, variant: Variant) -> str:
 
 def variant_name(torch: str, cuda: str) -> str:
     """torch 'X.Y.Z' and CUDA '12.8' -> 'X.Y-cu128': the torch line and the CUDA line, as the moving tag says them."""
-    return ".".join(torch.split(".")[:2]) + "-cu" + cuda.replace(".", "")
+    return ".".join(torch.split(".")[:2]) + "-" + cuda_tag(cuda)
+
+
+def cuda_tag(cuda: str) -> str:
+    """CUDA '12.1' -> 'cu121': the CUDA line as tags and Dockerfile names say it."""
+    return "cu" + cuda.replace(".", "")
 
 
 def _normalise_cuda(text: str) -> str:
@@ -330,7 +342,7 @@ def _version_matches(requested: str, pinned: str) -> bool:
     return pinned.split(".")[: len(req)] == req
 
 
-def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None, flavor: str = "base") -> Variant:
+def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None, flavor: str = BASE) -> Variant:
     """The variant for a CUDA line (and torch), in `flavor` (see Matrix.flavored)."""
     return matrix.flavored(resolve_base(matrix, cuda, torch), flavor)
 
