@@ -9,7 +9,8 @@
     report       report.json and its HTML page (html_report)
     labels       stamp what only validation knows on a config-only child, layers checked
     tags         tags from what the validated image reports, checked against the pins
-    push         each tag re-checked before its push; the SBOM beside the image
+    push         each tag re-checked before its push (zstd_push: the zstd form; registry: the
+                 registry's HTTP API, the SBOM beside the image)
     run          the stages in that order, for one BuildConfig
     matrix       run for every line this host can build, one after another (build.py matrix)
 

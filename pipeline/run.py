@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import build_image, docker_env, labels, push, tags, validate
+from pipeline import build_image, docker_env, labels, push, registry, tags, validate, zstd_push
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
@@ -74,7 +74,7 @@ class Pushed:
     """What the push did; kept apart from the validation record, which is stamped and never changes."""
 
     refs: dict[str, str]  # ref -> manifest digest
-    sbom: dict  # where the SBOM went, or why it did not (push.push_sbom)
+    sbom: dict  # where the SBOM went, or why it did not (registry.push_sbom)
     compressed_bytes: dict[str, int]  # per compression pushed ("gzip", "zstd"), as the registry's manifest says
     held_tags: tuple[str, ...] = ()  # moving tags not pushed (--hold-moving-tags): a later step moves them
 
@@ -121,7 +121,7 @@ def check_request(config: BuildConfig, gpus: int) -> None:
     if config.compression != "gzip":
         if not config.push:
             raise UsageError(f"--compression {config.compression} is only used with --push; add --push or drop it")
-        push.skopeo()  # before the build, not after it
+        zstd_push.skopeo()  # before the build, not after it
     if config.hold_moving_tags and not config.push:
         raise UsageError("--hold-moving-tags is only used with --push; add --push or drop --hold-moving-tags")
     if config.ca_cert is not None and not config.ca_cert.is_file():
@@ -180,7 +180,7 @@ def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = Fa
     try:
         for local, remote, form in to_push:
             if form == "zstd":
-                zstd_digest = push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
+                zstd_digest = zstd_push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
                 refs[f"{target.ref}:{remote}"] = zstd_digest
             else:
                 refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)
@@ -190,10 +190,10 @@ def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = Fa
         raise
     first_tag = to_push[0][1]
     sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
-    sbom_where = push.push_sbom(target.ref, first_tag, refs[f"{target.ref}:{first_tag}"], sbom_file)
+    sbom_where = registry.push_sbom(target.ref, first_tag, refs[f"{target.ref}:{first_tag}"], sbom_file)
     compressed = {}
     for _, remote, form in to_push:
-        if form not in compressed and (size := push.compressed_bytes(target.ref, remote)) is not None:
+        if form not in compressed and (size := registry.compressed_bytes(target.ref, remote)) is not None:
             compressed[form] = size
             print(f"==> compressed size in the registry ({form}): {size / 1e9:.2f} GB", flush=True)
     pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held)

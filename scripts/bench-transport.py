@@ -38,8 +38,9 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import push  # noqa: E402
+from pipeline import zstd_push  # noqa: E402
 from pipeline.docker_env import docker_client  # noqa: E402
+from pipeline.registry import MANIFEST_TYPES  # noqa: E402
 from pipeline.variants import REPO_ROOT, load_matrix  # noqa: E402
 from smoke.checks import free_port  # noqa: E402
 
@@ -85,7 +86,7 @@ class Registry:
         raise SystemExit(f"registry on {self.host} did not start")
 
     def manifest(self, tag: str) -> dict:
-        resp = requests.get(f"http://{self.host}/v2/{REPO}/manifests/{tag}", headers={"Accept": push.MANIFEST_TYPES}, timeout=30)
+        resp = requests.get(f"http://{self.host}/v2/{REPO}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
         resp.raise_for_status()
         return resp.json()
 
@@ -211,9 +212,9 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
     try:
         say("cold push, zstd (skopeo, build.py --compression zstd) ...")
         start = time.monotonic()
-        digest = push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
+        digest = zstd_push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
         seconds = time.monotonic() - start
-        out = {"cold_push_seconds": round(seconds, 1), "level": push.ZSTD_LEVEL, **layer_stats(registry.manifest("zstd"))}
+        out = {"cold_push_seconds": round(seconds, 1), "level": zstd_push.ZSTD_LEVEL, **layer_stats(registry.manifest("zstd"))}
         say(f"  {seconds:.0f} s; a one-file change, re-pushed ...")
         before = {layer["digest"] for layer in registry.manifest("zstd")["layers"]}
         dockerfile = f"FROM {image.id}\nUSER 0\nRUN echo '# bench' >> /opt/proven-torch/smoke/__init__.py\nUSER 1000:100\n"
@@ -222,7 +223,7 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
         ]
         changed.tag(ref, "changed")
         start = time.monotonic()
-        push.push_tag_zstd(client, changed.id, ref, "changed", "changed")
+        zstd_push.push_tag_zstd(client, changed.id, ref, "changed", "changed")
         manifest = registry.manifest("changed")
         out["repush_after_one_file_change_seconds"] = round(time.monotonic() - start, 1)
         out["repush_after_one_file_change_bytes"] = sum(

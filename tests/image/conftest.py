@@ -29,7 +29,7 @@ def registry_manifest(ref: str):
     """GET the manifest of REGISTRY/REPO:TAG from the test registry, as a client pulling it would."""
     import requests
 
-    from pipeline.push import MANIFEST_TYPES
+    from pipeline.registry import MANIFEST_TYPES
 
     repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
     return requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)

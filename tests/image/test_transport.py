@@ -13,7 +13,7 @@ import uuid
 import pytest
 import requests
 
-from pipeline import push
+from pipeline import push, registry
 from pipeline.errors import PushFailed
 from pipeline.run import Tagged, Target, push_all
 from tests.image.conftest import REGISTRY, registry_manifest
@@ -81,5 +81,5 @@ def test_a_refused_zstd_push_moves_no_tag(docker, matrix, readonly_registry, tmp
             docker.images.remove(f"{ref}:{tag}")
     for tag in tags:
         url = f"http://{readonly_registry}/v2/proven-torch-test/manifests/{tag}"
-        assert requests.get(url, headers={"Accept": push.MANIFEST_TYPES}, timeout=30).status_code == 404
+        assert requests.get(url, headers={"Accept": registry.MANIFEST_TYPES}, timeout=30).status_code == 404
     assert json.loads((tmp_path / "report.json").read_text())["push"]["refs"] == {}

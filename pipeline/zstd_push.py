@@ -1,0 +1,165 @@
+"""The compression step of a zstd push: the validated image's layers compressed with zstd by
+skopeo into an OCI layout, the image's own config put back (so the image ID, the diff IDs and
+the HEALTHCHECK stay), uploaded, and the registry's manifest read back and checked."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline.errors import Interrupted, PushFailed, UsageError
+from pipeline.push import check_tag
+from pipeline.registry import registry_api
+
+ZSTD_LEVEL = 3
+
+
+def skopeo() -> str:
+    exe = shutil.which("skopeo")
+    if not exe:
+        raise UsageError("--compression zstd/both needs skopeo (Debian: apt-get install skopeo); or push gzip")
+    return exe
+
+
+def _tls_args(ref: str, flag: str) -> list[str]:
+    api = registry_api(ref)
+    return [f"{flag}=false"] if api and api[0].startswith("http://") else []
+
+
+def exact_config(client, image_id: str) -> bytes:
+    """The image's config JSON, byte for byte (its sha256 is the image ID), read from the daemon's
+    `docker save` stream (members in name order, so the config comes somewhere among the layers);
+    the stream is closed once it is found."""
+    import tarfile
+
+    chunks = client.api.get_image(image_id, chunk_size=1 << 20)
+
+    class Stream:
+        buffer = b""
+
+        def read(self, n: int = -1) -> bytes:
+            while n < 0 or len(self.buffer) < n:
+                chunk = next(chunks, b"")
+                if not chunk:
+                    break
+                self.buffer += chunk
+            out, self.buffer = (self.buffer, b"") if n < 0 else (self.buffer[:n], self.buffer[n:])
+            return out
+
+    try:
+        with tarfile.open(fileobj=Stream(), mode="r|") as archive:  # type: ignore[call-overload]  # read() is all r| needs
+            for member in archive:
+                if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
+                    data = archive.extractfile(member).read()
+                    if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
+                        return data
+                    break
+    finally:
+        chunks.close()
+    raise PushFailed(f"could not read the exact config of {image_id[:19]} from the Docker daemon")
+
+
+def _use_exact_config(layout: Path, config: bytes) -> None:
+    """Put the image's own config into an OCI layout skopeo wrote (skopeo re-serialises it when it
+    converts to OCI, dropping Docker's HEALTHCHECK among others), so the pushed image keeps its ID."""
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    entry = index["manifests"][0]
+    manifest = json.loads((blobs / entry["digest"].split(":", 1)[1]).read_bytes())
+    config_hex = hashlib.sha256(config).hexdigest()
+    (blobs / config_hex).write_bytes(config)
+    manifest["config"] = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": f"sha256:{config_hex}",
+                          "size": len(config)}  # fmt: skip
+    data = json.dumps(manifest, separators=(",", ":")).encode()
+    manifest_hex = hashlib.sha256(data).hexdigest()
+    (blobs / manifest_hex).write_bytes(data)
+    entry.update(digest=f"sha256:{manifest_hex}", size=len(data))
+    (layout / "index.json").write_text(json.dumps(index))
+
+
+def _skopeo_copy(args: list[str], what: str, start: float) -> None:
+    """Run `skopeo copy ARGS`, streaming its blob lines; one-line PushFailed when it fails."""
+    proc = subprocess.Popen([skopeo(), "copy", "--retry-times", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    tail: list[str] = []
+    assert proc.stdout is not None  # stdout=PIPE
+    try:
+        for line in proc.stdout:
+            tail = (tail + [line.strip()])[-5:]
+            if line.startswith(("Copying blob", "Copying config", "Writing manifest")) and "skipped" not in line:
+                print(f"  [{time.monotonic() - start:6.1f}s] {line.strip()[:100]}", flush=True)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.kill()
+        proc.wait()
+        raise Interrupted(
+            f"interrupted while pushing {what}; the validated image stays tagged locally, rerun with --push"
+        ) from None
+    if code != 0:
+        detail = next((ln for ln in reversed(tail) if ln), f"skopeo exited {code}")
+        raise PushFailed(f"cannot push {what}: {detail[:240]}; is the registry running and reachable?")
+
+
+def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pushed_digest: str | None = None) -> str:
+    """Push the image under ref:tag with zstd layers (skopeo); return the manifest digest.
+
+    The first zstd push of a run reads the image from the Docker daemon (by its
+    local tag, re-checked to name the validated image), compresses its layers
+    into an OCI layout on disk, puts the image's own config back in and uploads
+    that; later tags copy the pushed manifest inside the registry
+    (`pushed_digest`), so nothing is compressed twice. Afterwards the registry's
+    manifest is checked: the validated config (same image ID, same diff IDs),
+    every layer zstd.
+    """
+    check_tag(client, image_id, ref, local_tag)
+    print(f"==> push {ref}:{tag} (zstd)", flush=True)
+    start = time.monotonic()
+    dest = [f"docker://{ref}:{tag}", *_tls_args(ref, "--dest-tls-verify")]
+    with tempfile.TemporaryDirectory(prefix="proven-torch-zstd-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        if pushed_digest:
+            _skopeo_copy(["--preserve-digests", "--digestfile", str(digest_file), *_tls_args(ref, "--src-tls-verify"),
+                          f"docker://{ref}@{pushed_digest}", *dest], f"{ref}:{tag}", start)  # fmt: skip
+        else:
+            layout = Path(tmp) / "layout"
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # read the config while skopeo compresses
+                config = pool.submit(exact_config, client, image_id)
+                _skopeo_copy(["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL),
+                              f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)  # fmt: skip
+                _use_exact_config(layout, config.result())
+            _skopeo_copy(["--preserve-digests", "--digestfile", str(digest_file), f"oci:{layout}:image", *dest],
+                         f"{ref}:{tag}", start)  # fmt: skip
+        digest = digest_file.read_text().strip()
+    check_zstd_manifest(client, image_id, ref, digest)
+    print(f"==> pushed {ref}:{tag} ({digest}, zstd) in {time.monotonic() - start:.0f}s", flush=True)
+    return digest
+
+
+def check_zstd_manifest(client, image_id: str, ref: str, digest: str) -> None:
+    """What the registry holds under `digest` is the validated image: same config, same diff IDs, zstd layers."""
+    tls = _tls_args(ref, "--tls-verify")
+
+    def inspect(*what: str) -> dict:
+        done = subprocess.run([skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        if done.returncode != 0:
+            raise PushFailed(f"cannot read back {ref}@{digest}: {done.stderr.strip()[:200]}")
+        return json.loads(done.stdout)
+
+    manifest, config = inspect("--raw"), inspect("--config", "--raw")
+    expected = client.images.get(image_id).attrs["RootFS"]["Layers"]
+    wrong = []
+    if manifest["config"]["digest"] != image_id:
+        wrong.append(f"config {manifest['config']['digest'][:19]} is not the validated {image_id[:19]}")
+    if config["rootfs"]["diff_ids"] != expected:
+        wrong.append("its layers' diff IDs differ from the validated image's")
+    if not all(layer["mediaType"].endswith("+zstd") for layer in manifest["layers"]):
+        wrong.append("not every layer is zstd")
+    if wrong:
+        raise PushFailed(f"{ref}@{digest} in the registry is not the validated image: {'; '.join(wrong)}")
