@@ -186,14 +186,6 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "CUDNN": str(variant.cudnn),
         "TORCH": variant.torch,
         "TORCH_MINOR": variant.torch_minor,
-        "ENV": (
-            "# This line's own environment ([variants] env in images/variants.toml says why).\n"
-            + "ENV "
-            + " \\\n    ".join(f"{k}={v}" for k, v in variant.env)
-            + "\n"
-        )
-        if variant.env
-        else "",
         "USER": matrix.user,
         "UID": str(matrix.uid),
         "GID": str(matrix.gid),

@@ -84,7 +84,6 @@ class Variant:
     base_name: str = ""
     flavor_packages: tuple[tuple[str, str], ...] = ()
     flavor_gate: tuple[tuple[str, object], ...] = ()
-    env: tuple[tuple[str, str], ...] = ()  # the line's own environment in its image (a workaround its torch needs)
 
     @property
     def flavored(self) -> bool:
@@ -260,7 +259,6 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
             Variant(
                 name=name,
                 note=str(table.get("note", "")),
-                env=_env(table.get("env", {}), name, path),
                 python=project["python"],
                 base_image=project["base_image"],
                 base_suite=project["base_suite"],
@@ -280,12 +278,6 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
     flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
-
-
-def _env(table: object, name: str, path: Path) -> tuple[tuple[str, str], ...]:
-    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
-        raise MatrixError(f'{path}: [variants."{name}".env] must map variable names to strings')
-    return tuple(sorted(table.items()))
 
 
 def _flavor(name: str, table: dict, variant_names: list[str], path: Path) -> Flavor:

@@ -333,7 +333,9 @@ def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -
         if last.returncode is None:
             return failed(f"{backend} x{nproc}: timed out after {timeout:.0f} s; stderr: {tail(last.stderr)}")
         if last.returncode == 0 and len(records) == nproc and not any(r["problems"] for r in records):
-            return passed(f"{backend}, {nproc} ranks via torchrun: all_reduce, broadcast, all_gather correct")
+            hung = [f"rank {r['rank']}" for r in records if r.get("teardown", "clean") != "clean"]
+            note = f"; teardown: destroy_process_group hung on {', '.join(hung)} (exited anyway)" if hung else ""
+            return passed(f"{backend}, {nproc} ranks via torchrun: all_reduce, broadcast, all_gather correct{note}")
         if "address already in use" not in last.stderr.lower():
             break
     problems = [p for r in records for p in r["problems"]]

