@@ -13,7 +13,7 @@ import uuid
 import pytest
 import requests
 
-from pipeline import push, registry
+from pipeline import push, registry, zstd_push
 from pipeline.errors import PushFailed
 from pipeline.run import Tagged, Target, push_all
 from tests.image.conftest import REGISTRY, registry_manifest
@@ -47,7 +47,7 @@ def test_a_zstd_push_is_the_validated_image_and_containerd_pulls_it(docker, imag
     tag = f"t{uuid.uuid4().hex[:8]}"
     docker.images.get(image).tag(ref, tag)
     try:
-        digest = push.push_tag_zstd(docker, image, ref, tag, tag + push.ZSTD_SUFFIX)  # reads it back itself, too
+        digest = zstd_push.push_tag_zstd(docker, image, ref, tag, tag + push.ZSTD_SUFFIX)  # reads it back itself, too
     finally:
         docker.images.remove(f"{ref}:{tag}")
     manifest = registry_manifest(f"{ref}:{tag}{push.ZSTD_SUFFIX}").json()
