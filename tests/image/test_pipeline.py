@@ -288,9 +288,12 @@ def test_a_line_behind_an_unreachable_index_is_refused_at_once_naming_what_build
 
 def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
     before = {t for i in docker.images.list() for t in i.tags}
+    # A terminal's Ctrl-C: the default SIGINT disposition, whatever this test runner inherited (a job
+    # started with `&` by a non-interactive shell ignores SIGINT, and so would build.py).
     proc = subprocess.Popen(
         _build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 120
     for line in proc.stdout:
