@@ -70,10 +70,6 @@ def refuse_extra(parser: argparse.ArgumentParser, command: str, extra: list[str]
     parser.exit(2, f"build.py {command}: unrecognized arguments: {' '.join(extra)} (see --help)\n")
 
 
-def _add(parser: argparse.ArgumentParser, *names: str, **kwargs) -> None:
-    parser.add_argument(*names, **kwargs)
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="build.py",
@@ -96,60 +92,61 @@ def make_parser() -> argparse.ArgumentParser:
     build, lock, matrix = cmds["build"], cmds["lock"], cmds["matrix"]
 
     for cmd in (build, lock):
-        _add(cmd, "--cuda", help="CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several "
+        cmd.add_argument("--cuda", help="CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several "
              "torch lines, the first listed unless --torch picks another")  # fmt: skip
-        _add(cmd, "--torch", help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
+        cmd.add_argument("--torch", help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
              "build for the CUDA line (default: the torch the matrix pins for the line)")  # fmt: skip
-        _add(cmd, "--flavor", default=BASE, help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
+        cmd.add_argument("--flavor", default=BASE, help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
              "rlhf (transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)")  # fmt: skip
-    _add(
-        build,
+    build.add_argument(
         "--push",
         action="store_true",
         help="push the validated image (all its tags) to --registry (default: Docker Hub naming)",
     )
-    _add(build, "--compression", choices=("gzip", "zstd", "both"), default="gzip",
+    build.add_argument("--compression", choices=("gzip", "zstd", "both"), default="gzip",
          help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; zstd: smaller "
          "and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 (needs skopeo); "
          "both: the tags stay gzip and each also gets a zstd form, TAG-zstd")  # fmt: skip
-    _add(build, "--hold-moving-tags", action="store_true",
+    build.add_argument("--hold-moving-tags", action="store_true",
          help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
          "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest")  # fmt: skip
-    _add(build, "--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
-    _add(build, "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)")
+    build.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
+    build.add_argument(
+        "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
+    )
     for cmd in (build, matrix):
-        _add(cmd, "--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE",
+        cmd.add_argument("--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE",
              help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit secret, "
              "never stored in a layer (default: $BUILD_CA_CERT)")  # fmt: skip
-        _add(cmd, "--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP",
+        cmd.add_argument("--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP",
              help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the image's "
              "Python packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
              "(default: $ADVISORY_DB, else the committed snapshot in images/advisories/)")  # fmt: skip
-        _add(cmd, "-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
-    _add(build, "--allow-cpu-validation", action="store_true",
+        cmd.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
+    build.add_argument("--allow-cpu-validation", action="store_true",
          help="on a host without a GPU, allow --push of an image validated on the CPU only "
          "(the report and the label io.proven-torch.gpu-validated say false)")  # fmt: skip
     for cmd in (build, cmds["report"], matrix):
-        _add(cmd, "--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
+        cmd.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     for cmd in (cmds["render"], lock):
-        _add(cmd, "--check", action="store_true", help="fail (exit 2) when a committed file is stale")
+        cmd.add_argument("--check", action="store_true", help="fail (exit 2) when a committed file is stale")
     listing = cmds["list"]
-    _add(listing, "--markdown", action="store_true", help="print the table as Markdown (the README's)")
-    _add(listing, "--json", action="store_true", help="print the matrix as JSON (what CI's workflows read)")
-    _add(listing, "--default", action="store_true", help="print the default variant's name (what scripts build)")
-    _add(listing, "--pin", metavar="PACKAGE", action="append",
+    listing.add_argument("--markdown", action="store_true", help="print the table as Markdown (the README's)")
+    listing.add_argument("--json", action="store_true", help="print the matrix as JSON (what CI's workflows read)")
+    listing.add_argument("--default", action="store_true", help="print the default variant's name (what scripts build)")
+    listing.add_argument("--pin", metavar="PACKAGE", action="append",
          help="print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or "
          "every line of a flavor when PACKAGE names one (rlhf); repeat it for several (the host venv shares them)")  # fmt: skip
     adv = cmds["advisories"]
-    _add(adv, "--from", dest="from_dir", type=Path, metavar="DIR|ZIP",
+    adv.add_argument("--from", dest="from_dir", type=Path, metavar="DIR|ZIP",
          help="OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git checkout of "
          "pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz")  # fmt: skip
-    _add(adv, "--as-of", metavar="YYYY-MM-DD", help="the records' date (default: the checkout's last commit)")
-    _add(adv, "--source", default="https://github.com/pypa/advisory-database",
+    adv.add_argument("--as-of", metavar="YYYY-MM-DD", help="the records' date (default: the checkout's last commit)")
+    adv.add_argument("--source", default="https://github.com/pypa/advisory-database",
          help="where the records came from, written into the snapshot (default: %(default)s)")  # fmt: skip
-    _add(matrix, "--line", action="append", metavar="VARIANT",
+    matrix.add_argument("--line", action="append", metavar="VARIANT",
          help="only this line (repeat for several; default: every base line of the matrix)")  # fmt: skip
-    _add(matrix, "--keep", action="store_true", help="keep each image after its proof (default: remove it, to free disk)")
+    matrix.add_argument("--keep", action="store_true", help="keep each image after its proof (default: remove it, to free disk)")
 
     return parser
 
