@@ -41,6 +41,20 @@ def ca_cert() -> Path | None:
     return SYSTEM_CA if SYSTEM_CA.is_file() else None
 
 
+TEST_LABELS = {"io.proven-torch.role": "test"}  # what scripts/ci-cleanup.sh removes
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """A key pair the container authorizes, one it does not, and a known_hosts file of the test's own."""
+    from tests.image.service_helpers import make_keypair
+
+    directory = tmp_path_factory.mktemp("ssh")
+    key, public = make_keypair(directory, "id_ed25519")
+    other, _ = make_keypair(directory, "not_authorized")
+    return {"key": key, "public": public, "other": other, "known_hosts": directory / "known_hosts"}
+
+
 @pytest.fixture(scope="session")
 def docker():
     try:

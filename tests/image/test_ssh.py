@@ -13,13 +13,13 @@ import subprocess
 
 import pytest
 
+from tests.image.conftest import TEST_LABELS
 from tests.image.service_helpers import (
     LOGIN,
     Jupyter,
     client_options,
     host_keys,
     lab_and_sshd,
-    make_keypair,
     run_command,
     ssh,
     wait_for_sshd,
@@ -28,20 +28,10 @@ from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
 
-LABELS = {"io.proven-torch.role": "test"}
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("ssh")
-    key, public = make_keypair(directory, "id_ed25519")
-    other, _ = make_keypair(directory, "not_authorized")
-    return {"key": key, "public": public, "other": other, "known_hosts": directory / "known_hosts"}
-
 
 @pytest.fixture
 def volume(docker):
-    vol = docker.volumes.create(labels=LABELS)
+    vol = docker.volumes.create(labels=TEST_LABELS)
     yield vol.name
     vol.remove(force=True)
 
@@ -49,7 +39,7 @@ def volume(docker):
 @pytest.fixture(scope="module")
 def box(docker, image, keys):
     """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
-    with lab_and_sshd(docker, image, keys["public"], LABELS) as running:
+    with lab_and_sshd(docker, image, keys["public"], TEST_LABELS) as running:
         yield running
 
 

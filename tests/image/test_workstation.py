@@ -19,11 +19,11 @@ import pytest
 import requests
 import testinfra
 
+from tests.image.conftest import TEST_LABELS
 from tests.image.service_helpers import (
     Jupyter,
     client_options,
     lab_and_sshd,
-    make_keypair,
     ssh,
     ssh_argv,
 )
@@ -31,20 +31,11 @@ from tests.image.tracked_container import free_port, wait_until
 
 pytestmark = pytest.mark.image
 
-LABELS = {"io.proven-torch.role": "test"}
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("ws-ssh")
-    key, public = make_keypair(directory, "id_ed25519")
-    return {"key": key, "public": public, "known_hosts": directory / "known_hosts"}
-
 
 @pytest.fixture(scope="module")
 def box(docker, image, keys):
     """JupyterLab and sshd together, as `docker run -p ... -e PUBLIC_KEY=... IMAGE` makes them."""
-    with lab_and_sshd(docker, image, keys["public"], LABELS) as running:
+    with lab_and_sshd(docker, image, keys["public"], TEST_LABELS) as running:
         yield running
 
 
