@@ -348,6 +348,11 @@ def data_age(as_of: str | None, today) -> str:
     return f"as of {as_of}, {days} days old" + (": stale" if days > STALE_AFTER_DAYS else "")
 
 
+# Severities that fail the build's audit unless accepted; UNKNOWN: no record says it is below HIGH.
+# (pipeline/validation/audit.py reads this too: in-image code cannot import the pipeline.)
+FAILING_SEVERITIES = frozenset({"HIGH", "CRITICAL", "UNKNOWN"})
+
+
 def carried_text(section: dict) -> str:
     """'2 high (high and critical accepted): torch PYSEC-..., PYSEC-...; setuptools PYSEC-...' or
     'none known': what a line carries, in words, grouped by package (the line's own pins first)."""
@@ -380,7 +385,7 @@ def advisory_details(section: dict | None) -> list[str]:
 
 
 def _acceptance(row: dict) -> str:
-    if row["severity"] not in ("CRITICAL", "HIGH", "UNKNOWN"):
+    if row["severity"] not in FAILING_SEVERITIES:
         return "reported"  # below HIGH: listed, never a reason to fail
     return "accepted" if row.get("accepted") else "NOT accepted"
 

@@ -37,10 +37,10 @@ from packaging.version import InvalidVersion, Version
 
 from pipeline.errors import UsageError
 from pipeline.variants import REPO_ROOT
-from smoke.rules import normalize_name
+from smoke.rules import FAILING_SEVERITIES, normalize_name
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
-FAILING = {"HIGH", "CRITICAL", "UNKNOWN"}  # UNKNOWN: no record says it is below HIGH
+FAILING = FAILING_SEVERITIES
 _RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
 NO_FIX = "no fix stated"
 
