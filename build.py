@@ -201,14 +201,18 @@ def variant_table_markdown(matrix) -> str:
 
 def _source(variant, section: dict) -> str:
     """Where the line's wheels come from, and whether a hash lock is committed for it."""
-    locked = section["audited"] == "the whole lock"
+    from pipeline.render import WHOLE_LOCK
+
+    locked = section["audited"] == WHOLE_LOCK
     return f"{variant.builds_from}, {'hash-locked' if locked else 'no committed lock (pins)'}"
 
 
 def _scoped(section: dict) -> str:
     """What a line carries, marked where only its pins were audited (no committed lock)."""
+    from pipeline.render import WHOLE_LOCK
+
     text = carried_text(section)
-    return text if section["audited"] == "the whole lock" else f"{text} (pins only: no committed lock)"
+    return text if section["audited"] == WHOLE_LOCK else f"{text} (pins only: no committed lock)"
 
 
 def matrix_json(matrix) -> str:

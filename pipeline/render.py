@@ -133,6 +133,9 @@ class AdvisoryInputs:
         return cls(advisories.load_snapshot(), audit.load_allowlist())
 
 
+WHOLE_LOCK = "the whole lock"  # the spec's "audited" where the line's committed lock was audited
+
+
 def advisories_section(variant: Variant, inputs: AdvisoryInputs) -> dict:
     """Every known advisory the line carries, by the committed snapshot and allowlist: the build
     gate's audit over the line's whole lock (its pins where it has no committed lock)."""
@@ -145,7 +148,7 @@ def advisories_section(variant: Variant, inputs: AdvisoryInputs) -> dict:
     keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
     _, audited = audit.audited_packages(variant)
     return {
-        "audited": "the whole lock" if audited == "lock" else "the pins only (no committed lock)",
+        "audited": WHOLE_LOCK if audited == "lock" else "the pins only (no committed lock)",
         "database": database.source,
         "as_of": database.as_of.isoformat() if database.as_of else None,
         "summary": audit.carried_summary(rows),
