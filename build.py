@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from pipeline.errors import EXIT_CODES, PipelineError, UsageError
-from pipeline.variants import BASE, REPO_ROOT, load_matrix, resolve
+from pipeline.variants import BASE, PLATFORMS, REPO_ROOT, load_matrix, resolve
 from smoke.rules import carried_text
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
@@ -134,6 +134,9 @@ def make_parser() -> argparse.ArgumentParser:
     listing.add_argument("--markdown", action="store_true", help="print the table as Markdown (the README's)")
     listing.add_argument("--json", action="store_true", help="print the matrix as JSON (what CI's workflows read)")
     listing.add_argument("--default", action="store_true", help="print the default variant's name (what scripts build)")
+    listing.add_argument("--base-image", metavar="PLATFORM", choices=list(PLATFORMS),
+         help="print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture "
+         "name), what scripts/prepare-host.sh pulls or makes")  # fmt: skip
     listing.add_argument("--pin", metavar="PACKAGE", action="append",
          help="print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or "
          "every line of a flavor when PACKAGE names one (rlhf); repeat it for several (the host venv shares them)")  # fmt: skip
@@ -231,7 +234,13 @@ def matrix_json(matrix) -> str:
     )
 
 
-def cmd_list(matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: list[str] | None = None) -> int:
+def cmd_list(
+    matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: list[str] | None = None,
+    base_image: str | None = None,
+) -> int:  # fmt: skip
+    if base_image:
+        print(matrix.base_image_for(base_image))
+        return 0
     if pin:  # host tools that must match the image (the unit tests run the image's gymnasium and TRL)
         flavors = {flavor.name: dict(flavor.packages) for flavor in matrix.flavors}
         versions = dict(matrix.packages) | {name: v for packages in flavors.values() for name, v in packages.items()}
@@ -289,23 +298,25 @@ def cmd_render(matrix, check: bool) -> int:
 
 
 def cmd_lock(matrix, cuda: str | None, torch: str | None, check: bool, flavor: str = BASE) -> int:
-    from pipeline.lock import compile_lock, lock_status, write_lock
+    from pipeline.lock import compile_lock, lock_statuses, write_lock
     from pipeline.render import render_all
+    from pipeline.variants import arch
 
     if check:
-        statuses = [lock_status(matrix, v) for v in [*matrix.variants, *matrix.flavored_variants()]]
+        statuses = [s for v in [*matrix.variants, *matrix.flavored_variants()] for s in lock_statuses(matrix, v)]
         for status in statuses:
-            print(f"{status.variant}: {status.state}")
-        stale = [s.variant for s in statuses if s.state == "stale"]
+            print(f"{status.variant} ({arch(status.platform)}): {status.state}")
+        stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]
         if stale:
             raise UsageError(
                 f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"
             )
         return 0
     variant = resolve(matrix, cuda, torch, flavor)
-    print(f"==> resolving {variant.name} with uv against {variant.index}", flush=True)
-    for path in write_lock(matrix, variant, compile_lock(matrix, variant)):
-        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    for platform in variant.platforms:
+        print(f"==> resolving {variant.name} for {platform} with uv against {variant.index}", flush=True)
+        for path in write_lock(matrix, variant, compile_lock(matrix, variant, platform), platform=platform):
+            print(f"wrote {path.relative_to(REPO_ROOT)}")
     for path in render_all(matrix):
         print(f"wrote {path.relative_to(REPO_ROOT)}")
     return 0
@@ -384,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         matrix = load_matrix(args.matrix)
         if args.command == "list":
-            return cmd_list(matrix, args.markdown, args.json, args.default, args.pin)
+            return cmd_list(matrix, args.markdown, args.json, args.default, args.pin, args.base_image)
         if args.command == "report":
             from pipeline.html_report import write_index
 

@@ -1,14 +1,18 @@
 """Hash-locked dependencies: one lock per variant, resolved with uv, split into layers.
 
 `python build.py lock --cuda 12.8` resolves the variant's pins (torch,
-torchvision, torchaudio and [packages]) for the image's Python and platform
-against the variant's wheel index, with a sha256 for every file, and writes it
-as a few requirement files, one per image layer:
+torchvision, torchaudio and [packages]) for the image's Python, once per platform
+the line lists, against the variant's wheel index, with a sha256 for every file,
+and writes each as a few requirement files, one per image layer:
 
-    images/locks/2.9-cu128/1-cuda-libs-a.txt   cuDNN, cuBLAS           (largest wheels)
-    images/locks/2.9-cu128/2-cuda-libs-b.txt   the other nvidia-* wheels
-    images/locks/2.9-cu128/3-torch.txt         torch, triton
-    images/locks/2.9-cu128/4-packages.txt      everything else
+    images/locks/2.9-cu128/amd64/1-cuda-libs-a.txt   cuDNN, cuBLAS           (largest wheels)
+    images/locks/2.9-cu128/amd64/2-cuda-libs-b.txt   the other nvidia-* wheels
+    images/locks/2.9-cu128/amd64/3-torch.txt         torch, triton
+    images/locks/2.9-cu128/amd64/4-packages.txt      everything else
+
+(arm64/ beside amd64/ for a multi-arch line; the Dockerfile picks the folder with
+BuildKit's TARGETARCH). Every manylinux tag of the platform up to bookworm's glibc
+is accepted (uv's --python-platform ARCH-manylinux_2_36).
 
 Each layer installs its file with `pip install --no-deps --require-hashes`, so
 the big CUDA wheels push in parallel and a change to JupyterLab rebuilds only the
@@ -33,11 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import BuildFailed, UsageError
-from pipeline.variants import REPO_ROOT, Matrix, Variant
+from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
 from smoke.rules import normalize_name
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
-PLATFORM = "x86_64-manylinux_2_36"  # Debian bookworm's glibc 2.36
+GLIBC = "manylinux_2_36"  # Debian bookworm's glibc 2.36: every manylinux tag up to it is accepted
+
+
+def wheel_platform(platform: str) -> str:
+    """'linux/arm64' -> 'aarch64-manylinux_2_36': what uv resolves the platform's lock for."""
+    return f"{PLATFORMS[platform]['machine']}-{GLIBC}"
 
 # (file name, what goes in it); the first group whose pattern matches wins.
 LAYERS: tuple[tuple[str, str], ...] = (
@@ -52,11 +61,17 @@ DIGEST_FILE = "inputs.sha256"
 @dataclass(frozen=True)
 class LockStatus:
     variant: str
+    platform: str
     state: str  # "fresh", "stale", "missing"
 
 
-def lock_dir(variant: Variant, root: Path = LOCK_ROOT) -> Path:
-    return root / variant.name
+def line_dir(name: str, root: Path = LOCK_ROOT) -> Path:
+    """The folder of one line's locks: one subfolder per platform (images/locks/2.11-cu130/arm64/)."""
+    return root / name
+
+
+def lock_dir(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> Path:
+    return line_dir(variant.name, root) / arch(platform)
 
 
 def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
@@ -73,17 +88,17 @@ def _read_pins(files: list[Path]) -> dict[str, str]:
     return pins
 
 
-def base_pins(variant: Variant, root: Path = LOCK_ROOT) -> dict[str, str]:
-    """{name: version} of everything the flavor's base line installs, read from its lock."""
-    return _read_pins([root / variant.base_name / file for file, _ in LAYERS])
+def base_pins(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> dict[str, str]:
+    """{name: version} of everything the flavor's base line installs on `platform`, read from its lock."""
+    return _read_pins([line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS])
 
 
-def locked_packages(variant: Variant, root: Path = LOCK_ROOT) -> list[tuple[str, str]] | None:
-    """(name, version) of every package the line's committed lock installs (a flavor's: its base's
-    and its own); None when the line has no committed lock."""
-    files = [root / variant.base_name / file for file, _ in LAYERS]
+def locked_packages(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[tuple[str, str]] | None:
+    """(name, version) of every package the line's committed lock for `platform` installs (a flavor's:
+    its base's and its own); None when the line has no committed lock."""
+    files = [line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS]
     if variant.flavored:
-        files += [lock_dir(variant, root) / file for file, _ in layers(variant)]
+        files += [lock_dir(variant, root, platform) / file for file, _ in layers(variant)]
     if not all(path.exists() for path in files):
         return None
     return sorted(_read_pins(files).items())
@@ -99,10 +114,13 @@ def _index_args(variant: Variant) -> list[str]:
     return variant.index_args() + ([] if variant.uses_pypi else ["--index-strategy", "unsafe-best-match"])
 
 
-def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> str:
-    parts = [requirements_in(variant), variant.index, variant.python, PLATFORM, matrix.resolved_before, repr(layers(variant))]
+def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> str:
+    parts = [
+        requirements_in(variant), variant.index, variant.python, wheel_platform(platform), matrix.resolved_before,
+        repr(layers(variant)),
+    ]  # fmt: skip
     if variant.flavored:  # a flavor resolves against its base's lock: a new base lock makes it stale
-        parts.append(repr(sorted(base_pins(variant, root).items())))
+        parts.append(repr(sorted(base_pins(variant, root, platform).items())))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -113,8 +131,8 @@ def _uv() -> str:
     return exe
 
 
-def compile_lock(matrix: Matrix, variant: Variant) -> str:
-    """Resolve the variant with uv; return the full lock (requirements format with hashes).
+def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str:
+    """Resolve the variant for `platform` with uv; return the full lock (requirements format with hashes).
 
     A flavor resolves with its base line's lock as constraints (torch and everything
     else stay exactly the base's) and keeps only what the base does not install.
@@ -124,13 +142,13 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
         src.write_text(requirements_in(variant))
         constraints = []
         if variant.flavored:
-            base = base_pins(variant)
+            base = base_pins(variant, platform=platform)
             (Path(tmp) / "base.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(base.items())))
             constraints = ["-c", "base.txt"]
         argv = [
             _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header",
             "--generate-hashes", *_index_args(variant),
-            "--python-version", variant.python, "--python-platform", PLATFORM,
+            "--python-version", variant.python, "--python-platform", wheel_platform(platform),
             "--exclude-newer", matrix.resolved_before, *constraints, src.name,
         ]  # fmt: skip
         result = subprocess.run(
@@ -139,11 +157,12 @@ def compile_lock(matrix: Matrix, variant: Variant) -> str:
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1].strip()[:200]
         raise BuildFailed(
-            f"cannot resolve the lock for {variant.name} from {variant.index} ({reason}); run `build.py lock` on a host that reaches it"
+            f"cannot resolve the {arch(platform)} lock for {variant.name} from {variant.index} ({reason}); "
+            "run `build.py lock` on a host that reaches it"
         )
     if not variant.flavored:
         return result.stdout
-    base = base_pins(variant)
+    base = base_pins(variant, platform=platform)
     return "".join(block for name, block in _blocks(result.stdout) if name not in base)
 
 
@@ -167,39 +186,45 @@ def split_lock(text: str, files: tuple[tuple[str, str], ...] = LAYERS) -> dict[s
     return out
 
 
-def header(matrix: Matrix, variant: Variant, file: str) -> str:
+def header(matrix: Matrix, variant: Variant, file: str, platform: str = AMD64) -> str:
     flavor = f" --flavor {variant.flavor}" if variant.flavored else ""
     base = f" on top of {variant.base_name}'s lock" if flavor else ""
     return (
         f"# GENERATED by `python build.py lock --cuda {variant.cuda} --torch {variant.torch_minor}{flavor}`{base} (uv pip compile --generate-hashes,\n"
-        f"# Python {variant.python}, {PLATFORM}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
+        f"# Python {variant.python}, {wheel_platform(platform)}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
         f"# DO NOT EDIT. One layer of the image: {file}.\n"
     )
 
 
-def write_lock(matrix: Matrix, variant: Variant, lock_text: str, root: Path = LOCK_ROOT) -> list[Path]:
-    folder = lock_dir(variant, root)
+def write_lock(matrix: Matrix, variant: Variant, lock_text: str, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[Path]:
+    folder = lock_dir(variant, root, platform)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for file, body in split_lock(lock_text, layers(variant)).items():
         path = folder / file
-        path.write_text(header(matrix, variant, file) + body)
+        path.write_text(header(matrix, variant, file, platform) + body)
         written.append(path)
-    (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant, root) + "\n")
+    (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant, root, platform) + "\n")
     return [*written, folder / DIGEST_FILE]
 
 
-def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> LockStatus:
-    folder = lock_dir(variant, root)
+def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> LockStatus:
+    folder = lock_dir(variant, root, platform)
     files = [folder / file for file, _ in layers(variant)]
     if not any(p.exists() for p in files):
-        return LockStatus(variant.name, "missing")
+        return LockStatus(variant.name, platform, "missing")
     digest = folder / DIGEST_FILE
     if not all(p.exists() for p in files) or not digest.exists():
-        return LockStatus(variant.name, "stale")
-    fresh = digest.read_text().strip() == inputs_digest(matrix, variant, root)
-    return LockStatus(variant.name, "fresh" if fresh else "stale")
+        return LockStatus(variant.name, platform, "stale")
+    fresh = digest.read_text().strip() == inputs_digest(matrix, variant, root, platform)
+    return LockStatus(variant.name, platform, "fresh" if fresh else "stale")
+
+
+def lock_statuses(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> list[LockStatus]:
+    """The line's lock state on each of its platforms."""
+    return [lock_status(matrix, variant, root, platform) for platform in variant.platforms]
 
 
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
-    return all((lock_dir(variant, root) / file).exists() for file, _ in layers(variant))
+    """Every platform of the line has its lock files (a multi-arch line is locked for all, or is not locked)."""
+    return all((lock_dir(variant, root, p) / file).exists() for p in variant.platforms for file, _ in layers(variant))

@@ -59,12 +59,17 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
         "# mounted for each install RUN only and never stored in a layer.\n"
     )
     if is_locked(variant):
-        rel = lock_dir(variant).relative_to(REPO_ROOT)  # COPY sources are relative to the build context
+        rel = lock_folder(variant)
         intro = (
             f"# Python packages from the hash-locked files in {rel}/ (`python build.py lock`),\n"
             "# one layer each, largest first: pip installs exactly those files, with\n"
             "# --require-hashes and --no-deps, so nothing unpinned or unverified gets in.\n" + secret_note
         )
+        if variant.multi_arch:
+            intro = (
+                f"# {', '.join(variant.platforms)}: each architecture has its own lock; BuildKit sets\n"
+                "# TARGETARCH (amd64, arm64) to the platform being built.\nARG TARGETARCH\n" + intro
+            )
         out = []
         for i, (file, _) in enumerate(LAYERS):
             out.append(
@@ -96,6 +101,13 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             + _pip_run(matrix, f"{indexes} {torch_pins} \\\n      {packages}"),
         ]
     )
+
+
+def lock_folder(variant: Variant) -> str:
+    """The COPY source folder of the line's lock files, relative to the build context: its amd64 folder,
+    or for a multi-arch line the folder BuildKit's TARGETARCH names."""
+    rel = lock_dir(variant).relative_to(REPO_ROOT)
+    return str(rel.parent / "${TARGETARCH}") if variant.multi_arch else str(rel)
 
 
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -196,7 +208,8 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
     if variant.flavored:
         values.update(
             FLAVOR=variant.flavor, DESCRIPTION=variant.note, FLAVOR_LAYER=flavor_layer(matrix, variant),
-            LOCK=str((lock_dir(variant) / layers(variant)[0][0]).relative_to(REPO_ROOT)),
+            LOCK=f"{lock_folder(variant)}/{layers(variant)[0][0]}",
+            ARCH_ARG="ARG TARGETARCH\n" if variant.multi_arch else "",
         )  # fmt: skip
     else:
         values["PIP_LAYERS"] = pip_layers(matrix, variant)

@@ -15,6 +15,20 @@ MATRIX_PATH = REPO_ROOT / "images" / "variants.toml"
 
 BASE = "base"  # the flavor name of a line without a flavor
 
+# The platforms a line may list, and what each is called where: Docker's platform,
+# Docker's architecture name (BuildKit's TARGETARCH, the lock folder), the machine name
+# (`uname -m`, wheel tags), and docker-library's per-architecture repository prefix.
+AMD64, ARM64 = "linux/amd64", "linux/arm64"
+PLATFORMS = {
+    AMD64: {"arch": "amd64", "machine": "x86_64", "library": "amd64"},
+    ARM64: {"arch": "arm64", "machine": "aarch64", "library": "arm64v8"},
+}
+
+
+def arch(platform: str) -> str:
+    """'linux/arm64' -> 'arm64': the lock folder, the per-architecture tag suffix, BuildKit's TARGETARCH."""
+    return PLATFORMS[platform]["arch"]
+
 _VARIANT_KEYS = {
     "cuda": str,
     "torch": str,
@@ -84,6 +98,14 @@ class Variant:
     base_name: str = ""
     flavor_packages: tuple[tuple[str, str], ...] = ()
     flavor_gate: tuple[tuple[str, object], ...] = ()
+    # The platforms the line is built for (images/variants.toml `platforms`), and where it has
+    # one only, why (`platforms_note`: no CUDA wheel of the line's torch for the other).
+    platforms: tuple[str, ...] = (AMD64,)
+    platforms_note: str = ""
+
+    @property
+    def multi_arch(self) -> bool:
+        return len(self.platforms) > 1
 
     @property
     def flavored(self) -> bool:
@@ -198,6 +220,15 @@ class Matrix:
         """Every (line, flavor) pair the matrix lists, flavors only."""
         return [self.flavored(self.by_name(line), f.name) for f in self.flavors for line in f.lines]
 
+    def base_image_for(self, platform: str) -> str:
+        """The base image for `platform`: the matrix's name for amd64; docker-library's per-architecture
+        repository otherwise (arm64v8/debian:bookworm-slim), which a host without a registry makes itself
+        (scripts/prepare-host.sh --arm64). One local name per architecture: Docker 20.10's image store
+        holds one image per tag."""
+        if platform == AMD64:
+            return self.base_image
+        return f"{PLATFORMS[platform]['library']}/{self.base_image}"
+
     def cuda_lines(self) -> list[str]:
         return list(dict.fromkeys(v.cuda for v in self.variants))
 
@@ -255,10 +286,13 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
             raise MatrixError(
                 f'{path}: [variants."{name}"] has torch {fields["torch"]} and cuda {fields["cuda"]}; name it "{expected_name}"'
             )
+        platforms, platforms_note = _platforms(table, name, path)
         variants.append(
             Variant(
                 name=name,
                 note=str(table.get("note", "")),
+                platforms=platforms,
+                platforms_note=platforms_note,
                 python=project["python"],
                 base_image=project["base_image"],
                 base_suite=project["base_suite"],
@@ -278,6 +312,20 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
     flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
+
+
+def _platforms(table: dict, name: str, path: Path) -> tuple[tuple[str, ...], str]:
+    """A line's `platforms` (default amd64 only) and `platforms_note`, which a single-platform line must have."""
+    where = f'{path}: [variants."{name}"]'
+    platforms = table.get("platforms", [AMD64])
+    if not isinstance(platforms, list) or not platforms or not all(p in PLATFORMS for p in platforms):
+        raise MatrixError(f"{where} platforms must list some of {', '.join(PLATFORMS)}, got {platforms!r}")
+    if platforms[0] != AMD64 or len(set(platforms)) != len(platforms):
+        raise MatrixError(f'{where} platforms must start with "{AMD64}" and name each platform once')
+    note = table.get("platforms_note", "")
+    if len(platforms) == 1 and not note:
+        raise MatrixError(f"{where} builds for {platforms[0]} only: say why in platforms_note")
+    return tuple(platforms), str(note)
 
 
 def _flavor(name: str, table: dict, variant_names: list[str], path: Path) -> Flavor:

@@ -7,6 +7,9 @@
 #      debootstrap on hosts that cannot reach a registry)
 #   3. the host virtual environment .venv (scripts/host-venv.sh)
 #   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium, skopeo
+#   5. with --arm64: qemu user emulation registered with binfmt_misc (flag F, so
+#      containers and BuildKit use it) and the arm64 base image, made the same way
+#      as the amd64 one (docker-library's per-architecture name: arm64v8/...)
 #
 # Needs root for the package installs and for starting dockerd; on a host where
 # Docker already runs and the packages are present it needs nothing.
@@ -15,7 +18,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 TEST_TOOLS=0
-[[ "${1:-}" == "--test-tools" ]] && TEST_TOOLS=1
+ARM64=0
+for arg in "$@"; do
+    case $arg in
+        --test-tools) TEST_TOOLS=1 ;;
+        --arm64) ARM64=1 ;;
+        *) printf 'prepare-host: unknown option %s (it takes --test-tools and --arm64)\n' "$arg" >&2; exit 2 ;;
+    esac
+done
 
 STATE_DIR=${PROVEN_TORCH_STATE:-/var/lib/proven-torch}
 LOG_DIR=${STATE_DIR}/logs
@@ -37,6 +47,10 @@ if (( TEST_TOOLS )); then
     have rsync || need_apt+=(rsync)    # the workstation tests copy with rsync over SSH
 fi
 have debootstrap || need_apt+=(debootstrap)
+if (( ARM64 )); then
+    have qemu-aarch64-static || need_apt+=(qemu-user-static)
+    have update-binfmts || need_apt+=(binfmt-support)
+fi
 
 if ((${#need_apt[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or rerun as root"
@@ -68,22 +82,52 @@ docker info >/dev/null 2>&1 || DOCKER=/usr/bin/docker
 bash scripts/host-venv.sh
 
 # --- 2. base image -----------------------------------------------------------
-BASE_IMAGE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_image)')
 BASE_SUITE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_suite)')
-if ! $DOCKER image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-    if $DOCKER pull "$BASE_IMAGE" >/dev/null 2>&1; then
-        say "pulled $BASE_IMAGE"
-    else
-        say "no registry reachable: making $BASE_IMAGE with debootstrap ($BASE_SUITE, minbase)"
-        rootfs=$(mktemp -d)
-        debootstrap --variant=minbase "$BASE_SUITE" "$rootfs" http://deb.debian.org/debian >"$LOG_DIR/debootstrap.log" 2>&1 \
-            || die "debootstrap failed; see $LOG_DIR/debootstrap.log"
-        # Keep the image slim the way the official -slim images do.
-        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-        tar -C "$rootfs" -c . | $DOCKER import --change 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
-        rm -rf "$rootfs"
-        say "imported $BASE_IMAGE"
+
+# make_base IMAGE ARCH PLATFORM: pull IMAGE, or make it with debootstrap (minbase) for ARCH
+# and load it as a PLATFORM image (a one-line BuildKit build FROM scratch, so the image
+# says its architecture without the experimental `docker import --platform`).
+make_base() {
+    local image=$1 arch=$2 platform=$3
+    $DOCKER image inspect "$image" >/dev/null 2>&1 && return 0
+    if $DOCKER pull --platform "$platform" "$image" >/dev/null 2>&1; then
+        say "pulled $image"
+        return 0
     fi
+    say "no registry reachable: making $image with debootstrap ($BASE_SUITE, $arch, minbase)"
+    local work
+    work=$(mktemp -d)
+    debootstrap --arch="$arch" --variant=minbase "$BASE_SUITE" "$work/rootfs" http://deb.debian.org/debian \
+        >"$LOG_DIR/debootstrap-$arch.log" 2>&1 || die "debootstrap ($arch) failed; see $LOG_DIR/debootstrap-$arch.log"
+    # Keep the image slim the way the official -slim images do.
+    rm -rf "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/lib/apt/lists/*
+    tar -C "$work/rootfs" -cf "$work/rootfs.tar" .
+    printf 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n' >"$work/Dockerfile"
+    # Debian's 20.10 CLI (/usr/bin/docker) builds with BuildKit without the buildx plugin; a newer
+    # CLI earlier on PATH may not.
+    local cli=$DOCKER
+    [[ -x /usr/bin/docker ]] && cli=/usr/bin/docker
+    DOCKER_BUILDKIT=1 $cli build -q --platform "$platform" -t "$image" "$work" >/dev/null \
+        || die "loading the $arch base as $image failed"
+    rm -rf "$work"
+    say "made $image ($platform)"
+}
+make_base "$(.venv/bin/python build.py list --base-image linux/amd64)" amd64 linux/amd64
+
+# --- 5. arm64: qemu user emulation and the arm64 base ---------------------------
+if (( ARM64 )); then
+    if [[ ! -e /proc/sys/fs/binfmt_misc/register ]]; then
+        [[ $(id -u) == 0 ]] || die "binfmt_misc is not mounted; rerun as root"
+        mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    fi
+    if ! grep -qs '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+        [[ $(id -u) == 0 ]] || die "qemu-aarch64 is not registered with binfmt_misc; rerun as root"
+        update-binfmts --enable qemu-aarch64 || die "update-binfmts --enable qemu-aarch64 failed"
+    fi
+    grep -qs '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
+        || die "qemu-aarch64 is registered without the F flag; containers cannot use it (reinstall qemu-user-static)"
+    say "arm64 emulation: $(qemu-aarch64-static --version | head -1)"
+    make_base "$(.venv/bin/python build.py list --base-image linux/arm64)" arm64 linux/arm64
 fi
 
 # --- 4. test tools: a real registry on 127.0.0.1 -----------------------------
