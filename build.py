@@ -5,6 +5,7 @@
     python build.py --cuda 12.1 --push               ... and push it (needs a GPU host,
                                                      or --allow-cpu-validation); `build` is
                                                      the default command
+    python build.py --cuda 13.0 --platform all       amd64 and arm64 (under qemu), one index
     python build.py list                             the variant matrix
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
     python build.py matrix [--line VARIANT]          build and prove every line this host can
@@ -23,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from pipeline.errors import EXIT_CODES, PipelineError, UsageError
-from pipeline.variants import BASE, PLATFORMS, REPO_ROOT, load_matrix, resolve
+from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, load_matrix, resolve
 from smoke.rules import carried_text
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
@@ -110,6 +111,10 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--hold-moving-tags", action="store_true",
          help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
          "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest")  # fmt: skip
+    build.add_argument("--platform", default=AMD64, choices=[*PLATFORMS, "all"],
+         help="the platform to build and validate (default: %(default)s); linux/arm64 runs under qemu on an amd64 host "
+         "(scripts/prepare-host.sh --arm64) for the lines that list it (build.py list); all: every platform of the line, "
+         "and with --push one multi-arch index under the line's tags")  # fmt: skip
     build.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
     build.add_argument(
         "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
@@ -360,9 +365,12 @@ def cmd_build(matrix, args) -> int:
         compression=args.compression,
         report_dir=args.report_dir,
         verbose=args.verbose,
+        platforms=variant.platforms if args.platform == "all" else (args.platform,),
     )
     result = run(config)
     print("==> done: " + ", ".join(result.tags) + (" (pushed)" if result.pushed else ""))
+    if result.index:
+        print("==> multi-arch: " + ", ".join(f"{ref} ({digest[:19]})" for ref, digest in result.index.items()))
     return 0
 
 

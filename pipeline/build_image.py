@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, Interrupted, UsageError
 from pipeline.render import build_arg, dockerfile_path, stale_files
-from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives
+from pipeline.variants import AMD64, REPO_ROOT, Matrix, Variant, arch, pypi_alternatives
 
 _STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
 _DONE = re.compile(r"^#\d+ (DONE|CACHED|ERROR)")
@@ -56,9 +56,10 @@ def build_args(revision: str, created: str) -> dict[str, str]:
 
 
 def build_command(
-    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None, context: Path = REPO_ROOT
-) -> list[str]:
-    argv = [*cli.argv, "--progress=plain", "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
+    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None, context: Path = REPO_ROOT,
+    platform: str = AMD64,
+) -> list[str]:  # fmt: skip
+    argv = [*cli.argv, "--progress=plain", "--platform", platform, "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
     for key, value in {**build_arg(variant), **args}.items():  # TORCH picks the line in its CUDA line's file
         argv += ["--build-arg", f"{key}={value}"]
     if ca_cert is not None:
@@ -137,8 +138,9 @@ def build_image(
     ca_cert: Path | None,
     verbose: bool = False,
     context: Path = REPO_ROOT,
+    platform: str = AMD64,
 ) -> BuildResult:
-    """Run `docker build` for the variant; return the untagged image ID."""
+    """Run `docker build` for the variant on `platform`; return the untagged image ID."""
     stale = stale_files(matrix, variants=[variant])
     if stale:
         raise UsageError(f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit")
@@ -146,8 +148,9 @@ def build_image(
     iidfile = out_dir / "image-id"
     iidfile.unlink(missing_ok=True)
     log_path = out_dir / "build.log"
-    argv = build_command(cli, variant, iidfile, args, ca_cert, context)
-    print(f"==> build {variant.name} with {cli.description} (log: {log_path})", flush=True)
+    argv = build_command(cli, variant, iidfile, args, ca_cert, context, platform)
+    on = f" for {platform}" if variant.multi_arch else ""
+    print(f"==> build {variant.name}{on} with {cli.description} (log: {log_path})", flush=True)
     start = time.monotonic()
     tail: list[str] = []
     with open(log_path, "w") as log:
@@ -175,5 +178,5 @@ def build_image(
     if proc.returncode != 0 or not iidfile.exists():
         raise BuildFailed(classify_failure("".join(tail), variant, log_path))
     image_id = iidfile.read_text().strip()
-    print(f"==> built {image_id[:19]} in {seconds:.0f}s (untagged until validated)", flush=True)
+    print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s (untagged until validated)", flush=True)
     return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)

@@ -55,8 +55,11 @@ def stamp(client, image_id: str, labels: dict[str, str], env: dict[str, str] | N
     if env:
         dockerfile += "ENV " + " ".join(f"{key}={_quoted(value)}" for key, value in sorted(env.items())) + "\n"
     image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, pull=False)
-    before = client.images.get(image_id).attrs["RootFS"]["Layers"]
-    after = image.attrs["RootFS"]["Layers"]
-    if before != after:
+    parent = client.images.get(image_id).attrs
+    if parent["RootFS"]["Layers"] != image.attrs["RootFS"]["Layers"]:
         raise ValidationFailed("stamping labels changed the image's layers; refusing to tag")
+    if parent.get("Architecture") != image.attrs.get("Architecture"):
+        raise ValidationFailed(
+            f"stamping labels turned the {parent.get('Architecture')} image into {image.attrs.get('Architecture')}; refusing to tag"
+        )
     return image.id

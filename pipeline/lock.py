@@ -48,6 +48,7 @@ def wheel_platform(platform: str) -> str:
     """'linux/arm64' -> 'aarch64-manylinux_2_36': what uv resolves the platform's lock for."""
     return f"{PLATFORMS[platform]['machine']}-{GLIBC}"
 
+
 # (file name, what goes in it); the first group whose pattern matches wins.
 LAYERS: tuple[tuple[str, str], ...] = (
     ("1-cuda-libs-a.txt", r"nvidia-(cudnn|cublas)(-.*)?"),  # CUDA 13's cuBLAS wheel has no -cu13 suffix

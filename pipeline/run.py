@@ -5,16 +5,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import platform as host
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import build_image, docker_env, labels, push, registry, tags, validate, zstd_push
+from pipeline import build_image, docker_env, index_push, labels, push, registry, tags, validate, zstd_push
 from pipeline.errors import PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
 from pipeline.validation import audit
-from pipeline.variants import REPO_ROOT, Matrix, Variant
+from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class BuildConfig:
     compression: str = "gzip"  # push.COMPRESSIONS
     report_dir: Path = REPO_ROOT / "reports"
     verbose: bool = False
+    platforms: tuple[str, ...] = (AMD64,)  # build.py --platform; "all" is the line's platforms
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,12 @@ class Target:
     build_seconds: float = 0.0
     ca_cert: Path | None = None
     advisories: Path | None = None
+    platform: str = AMD64
+
+    @property
+    def arch_suffix(self) -> str:
+        """A multi-arch line's images are tagged per architecture (TAG-arm64); its plain tags name the index."""
+        return f"-{arch(self.platform)}" if self.variant.multi_arch else ""
 
     @property
     def report_path(self) -> Path:
@@ -65,8 +73,9 @@ class Target:
 class Tagged:
     validated_id: str  # the image the checks ran in
     stamped_id: str  # the same layers with what validation found stamped on: what is tagged and pushed
-    tags: list[str]
+    tags: list[str]  # the image's own tags (a multi-arch line's end in its architecture)
     validation: Validation
+    line_tags: list[str] = field(default_factory=list)  # the tags without the suffix: a multi-arch line's index
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class RunResult:
     pushed: dict[str, str]
     report_path: Path
     gpu: bool
+    index: dict[str, str] = field(default_factory=dict)  # multi-arch index ref -> digest
 
 
 def git_revision(root: Path = REPO_ROOT) -> str:
@@ -126,6 +136,44 @@ def check_request(config: BuildConfig, gpus: int) -> None:
         raise UsageError("--hold-moving-tags is only used with --push; add --push or drop --hold-moving-tags")
     if config.ca_cert is not None and not config.ca_cert.is_file():
         raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
+    check_platforms(config)
+
+
+def host_platform() -> str:
+    """This host's platform ('linux/amd64' on x86_64)."""
+    machine = host.machine()
+    return next((p for p, names in PLATFORMS.items() if machine in (names["machine"], names["arch"])), f"linux/{machine}")
+
+
+def emulation_problem(platform: str, binfmt: Path = Path("/proc/sys/fs/binfmt_misc")) -> str | None:
+    """Why this host cannot run `platform`'s binaries under qemu, or None when it can (flag F: containers too)."""
+    entry = binfmt / f"qemu-{PLATFORMS[platform]['machine']}"
+    try:
+        text = entry.read_text()
+    except OSError:
+        return f"qemu is not registered for {platform} (no {entry})"
+    flags = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("flags:")), "")
+    if "enabled" not in text.splitlines()[0] or "F" not in flags:
+        return f"qemu for {platform} is registered without the F flag or disabled ({entry}), so containers cannot use it"
+    return None
+
+
+def check_platforms(config: BuildConfig) -> None:
+    """Refuse a platform the line is not built for, and an emulated one this host cannot run, before building."""
+    variant = config.variant
+    other = [p for p in config.platforms if p not in variant.platforms]
+    if other:
+        multi = [v.name for v in config.matrix.variants if set(other) <= set(v.platforms)]
+        raise UsageError(
+            f"{variant.name} is built for {', '.join(variant.platforms)} only: {variant.platforms_note or 'see images/variants.toml'}; "
+            f"lines with {', '.join(other)}: {', '.join(multi) or 'none'}"
+        )
+    if len(config.platforms) > 1 and config.compression != "gzip":
+        raise UsageError("--compression zstd/both is for one platform at a time; push the multi-arch index in gzip")
+    for platform in config.platforms:
+        if platform != host_platform() and (why := emulation_problem(platform)):
+            raise UsageError(f"--platform {platform} on this {host_platform()} host needs emulation: {why}; "
+                             "run `sudo bash scripts/prepare-host.sh --arm64`")  # fmt: skip
 
 
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
@@ -140,6 +188,7 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
         f"{labels.PREFIX}validation": "passed",
         f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
         f"{labels.PREFIX}gpu-validated": "true" if validation.gpu else "false",
+        f"{labels.PREFIX}validated-on": validation.validated_on,
         f"{labels.PREFIX}release-ppo": release,
     }
     # `proof` in a container of the image compares its PPO figures with these.
@@ -149,7 +198,10 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
 def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
     """Validate the untagged image; stamp and tag it only when every check passed."""
     variant = target.variant
-    request = validate.Request(client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories)
+    request = validate.Request(
+        client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories,
+        platform=target.platform, emulated=target.platform != host_platform(),
+    )  # fmt: skip
     validation = validate.validate_image(request)
     try:
         validate.require_valid(validation, target.report_path)
@@ -159,13 +211,14 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
         raise
     record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
     (target.run_dir / "validation.json").write_bytes(record)
-    all_tags = [immutable, *moving]
+    line_tags = [immutable, *moving]
+    all_tags = [tag + target.arch_suffix for tag in line_tags]
     image_labels, env = stamp_values(validation, immutable, record)
     stamped_id = labels.stamp(client, image_id, image_labels, env)
     target.write_report(image_id, validation, status="validated", tags=all_tags, stamped_id=stamped_id)
     refs = push.tag_image(client, stamped_id, target.ref, all_tags)
     print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
-    return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation)
+    return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation, line_tags=line_tags)
 
 
 def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = False, compression: str = "gzip") -> Pushed:
@@ -211,14 +264,72 @@ def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
     return f"{ref}:{tag}"
 
 
+def build_and_validate(client, cli, config: BuildConfig, platform: str, run_dir: Path, args: dict[str, str], gpus: int,
+                       when: tuple[dt.datetime, str, str]) -> tuple[Target, Tagged]:  # fmt: skip
+    """Build the line for one platform, validate it (under emulation where it is not the host's), stamp and tag it."""
+    variant = config.variant
+    now, created, revision = when
+    args = {**args, "OS_IMAGE": config.matrix.base_image_for(platform)}
+    if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
+        base = config.matrix.by_name(variant.base_name)
+        print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
+        base_built = build_image.build_image(
+            cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose, platform=platform
+        )
+        args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
+    built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose, platform=platform)
+    if platform != host_platform():
+        print(f"==> validating {platform} under emulation (qemu) on this {host_platform()} host; deadlines scaled", flush=True)
+    target = Target(
+        variant=variant,
+        run_dir=run_dir,
+        ref=tags.image_ref(config.repo, config.registry if config.push else None),
+        date=f"{now:%Y%m%d}",
+        created=created,
+        revision=revision,
+        build_seconds=built.seconds,
+        ca_cert=config.ca_cert,
+        advisories=config.advisories,
+        platform=platform,
+    )
+    return target, validate_and_tag(client, built.image_id, gpus, target)
+
+
+def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms: tuple[str, ...], hold: bool) -> dict[str, str]:
+    """The plain tags as one multi-arch index over the per-architecture images just pushed (immutable tag first)."""
+    first_target, first, _ = results[platforms[0]]
+    ref = first_target.ref
+    if any(tagged.line_tags != first.line_tags for _, tagged, _ in results.values()):
+        raise PipelineError("the architectures' images report different torch, CUDA or Python; no multi-arch tag moved")
+    children = {
+        platform: index_push.Child(platform, ref, tagged.tags[0], pushed.refs[f"{ref}:{tagged.tags[0]}"], tagged.stamped_id)
+        for platform, (_, tagged, pushed) in results.items()
+    }
+    ordered = index_push.plan_index(platforms, children)
+    line_tags = first.line_tags[:1] if hold else first.line_tags
+    index = {f"{ref}:{tag}": index_push.push_index(ref, tag, ordered) for tag in line_tags}
+    record = {
+        "index": index,
+        "held_tags": first.line_tags[1:] if hold else [],
+        "children": [
+            {"platform": c.platform, "tag": c.tag, "digest": c.digest, "stamped_image_id": c.image_id,
+             "validated_on": results[c.platform][1].validation.validated_on}
+            for c in ordered
+        ],
+    }  # fmt: skip
+    (first_target.run_dir.parent / "index.json").write_text(json.dumps(record, indent=2) + "\n")
+    return index
+
+
 def run(config: BuildConfig) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
     check_request(config, gpus)
     if variant.note:
         print(f"==> note: {variant.note}", flush=True)
+    on = f" for {', '.join(config.platforms)}" if variant.multi_arch else ""
     print(
-        f"==> {variant.name}: torch {variant.torch}, torchvision {variant.torchvision}, torchaudio {variant.torchaudio}, "
+        f"==> {variant.name}{on}: torch {variant.torch}, torchvision {variant.torchvision}, torchaudio {variant.torchaudio}, "
         f"CUDA {variant.cuda}, Python {variant.python}; validation on {f'{gpus} GPU(s)' if gpus else 'the CPU (no GPU on this host)'}",
         flush=True,
     )
@@ -231,32 +342,49 @@ def run(config: BuildConfig) -> RunResult:
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     args = build_image.build_args(revision, created)
-    if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
-        base = config.matrix.by_name(variant.base_name)
-        print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
-        base_built = build_image.build_image(cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose)
-        args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
-    built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose)
-
-    target = Target(
-        variant=variant,
-        run_dir=run_dir,
-        ref=tags.image_ref(config.repo, config.registry if config.push else None),
-        date=f"{now:%Y%m%d}",
-        created=created,
-        revision=revision,
-        build_seconds=built.seconds,
-        ca_cert=config.ca_cert,
-        advisories=config.advisories,
-    )
-    tagged = validate_and_tag(client, built.image_id, gpus, target)
-    pushed = push_all(client, tagged, target, config.hold_moving_tags, config.compression) if config.push else None
+    results: dict[str, tuple[Target, Tagged, Pushed]] = {}
+    done: dict[str, tuple[Target, Tagged]] = {}
+    failed: dict[str, PipelineError] = {}
+    for platform in config.platforms:
+        platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
+        try:
+            target, tagged = build_and_validate(client, cli, config, platform, platform_dir, args, gpus, (now, created, revision))
+        except PipelineError as err:
+            if len(config.platforms) == 1:
+                raise
+            print(f"==> {platform} failed: {err}", flush=True)
+            failed[platform] = err
+            continue
+        done[platform] = (target, tagged)
+        if config.push:
+            results[platform] = (target, tagged, push_all(client, tagged, target, config.hold_moving_tags, config.compression))
+    if failed:
+        first = next(iter(failed.values()))
+        kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
+        raise type(first)(
+            "; ".join(f"{platform}: {err}" for platform, err in failed.items())
+            + "; no multi-arch tag moved"
+            + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
+        )
+    index: dict[str, str] = {}
+    if variant.multi_arch and config.push:
+        if set(results) == set(variant.platforms):
+            index = push_line_index(results, variant.platforms, config.hold_moving_tags)
+        else:
+            print(
+                f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
+                "--platform all publishes its plain tags as one index",
+                flush=True,
+            )
+    target, tagged = done[config.platforms[0]]
+    pushed = results.get(config.platforms[0], (None, None, None))[2]
     print(f"==> report: {target.report_path}", flush=True)
     return RunResult(
         validated_id=tagged.validated_id,
         stamped_id=tagged.stamped_id,
-        tags=[f"{target.ref}:{tag}" for tag in tagged.tags],
-        pushed=pushed.refs if pushed else {},
+        tags=[f"{t.ref}:{tag}" for t, tg in done.values() for tag in tg.tags],
+        pushed={ref: digest for _, _, p in results.values() for ref, digest in p.refs.items()} if pushed else {},
         report_path=target.report_path,
         gpu=tagged.validation.gpu,
+        index=index,
     )

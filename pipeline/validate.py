@@ -25,13 +25,14 @@ from pipeline.errors import ValidationFailed
 from pipeline.render import dockerfile_path
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
-from pipeline.variants import Variant
+from pipeline.variants import AMD64, Variant, arch
 
 if TYPE_CHECKING:
     from docker import DockerClient
 from smoke.expect import BAKED_SPEC
 
 PROOF_TIMEOUT_S = 2400
+EMULATION_TIME_SCALE = 4.0  # the stages' deadlines under qemu; the proof inside scales its own (smoke/proof.py)
 OUT = "/tmp/validation"
 
 
@@ -46,6 +47,13 @@ class Request:
     out_dir: Path
     ca_cert: Path | None = None
     advisories: Path | None = None
+    platform: str = AMD64  # the image's platform; validated under emulation when it is not the host's
+    emulated: bool = False
+
+    @property
+    def time_scale(self) -> float:
+        """How much longer each stage may take: emulated Python runs 10-100x slower (docs/benchmarks.md)."""
+        return EMULATION_TIME_SCALE if self.emulated else 1.0
 
 
 @dataclass
@@ -71,6 +79,15 @@ class Validation:
     seconds: float
     failures: tuple[str, ...]
     stages: tuple[tuple[str, str], ...]  # (stage, "pass" | "fail" | "not run")
+    platform: str = AMD64
+    emulated: bool = False  # validated under emulation: nothing ran on the platform's own hardware
+
+    @property
+    def validated_on(self) -> str:
+        """What the validation ran on, in the words the report, the labels and the README use."""
+        if self.emulated:
+            return f"{self.platform}: validated under emulation on amd64; not run on Arm hardware or on a GPU"
+        return f"{self.platform}: " + ("validated on a GPU" if self.gpu else "validated on the CPU only; not run on a GPU")
 
     @property
     def smoke(self) -> dict:
@@ -98,6 +115,9 @@ class Validation:
         return {
             "ok": self.ok,
             "gpu": self.gpu,
+            "platform": self.platform,
+            "emulated": self.emulated,
+            "validated_on": self.validated_on,
             "seconds": round(self.seconds, 1),
             "failures": list(self.failures),
             "stages": [{"name": name, "status": status} for name, status in self.stages],
@@ -143,8 +163,11 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
 def labels_and_size(req: Request, found: Findings) -> list[str]:
     """Labels and the baked spec against the pins, size against the budget: instant, so they run first."""
     failures = []
+    image = req.client.images.get(req.image_id)
+    if image.attrs.get("Architecture") != arch(req.platform):
+        failures.append(f"the image is {image.attrs.get('Architecture')}, not the {req.platform} that was built")
     try:
-        labels.check_labels(req.client.images.get(req.image_id).labels or {}, req.variant)
+        labels.check_labels(image.labels or {}, req.variant)
     except ValidationFailed as err:
         failures.append(str(err).removesuffix("; it will not be tagged"))
     problem = spec_problem(read_file(req.client, req.image_id, SPEC_IN_IMAGE), req.variant)
@@ -165,7 +188,7 @@ def labels_and_size(req: Request, found: Findings) -> list[str]:
 def hygiene_scan(req: Request, found: Findings) -> list[str]:
     print("==> hygiene scan: private keys, tokens, the build CA, .git, pip caches, nvcc", flush=True)
     start = time.monotonic()
-    found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.ca_cert))
+    found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.ca_cert, 600 * req.time_scale))
     for finding in found.hygiene:
         print(f"  │ found {finding}", flush=True)
     print(f"==> hygiene scan: {len(found.hygiene)} finding(s) in {time.monotonic() - start:.1f}s", flush=True)
@@ -175,7 +198,7 @@ def hygiene_scan(req: Request, found: Findings) -> list[str]:
 def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     """SBOM of the image, then the vulnerability audit of its Python packages."""
     name = f"proven-torch {req.variant.name}"
-    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, name, req.variant.base_suite, req.out_dir)
+    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, name, req.variant.base_suite, req.out_dir, req.time_scale)
     database = advisory_db.load(req.advisories) if req.advisories else advisory_db.load_snapshot()
     found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
     result, word = found.audit, audit.word(found.audit)
@@ -225,7 +248,7 @@ def proof(req: Request, found: Findings) -> list[str]:
     command = proof_command(require_gpu=gpu)
     print(f"==> proof: {' '.join(command)}", flush=True)
     done = run_in_image(
-        req.client, req.image_id, command, timeout_s=PROOF_TIMEOUT_S, gpus=req.gpus, shm_size="2g",
+        req.client, req.image_id, command, timeout_s=PROOF_TIMEOUT_S * req.time_scale, gpus=req.gpus, shm_size="2g",
         stream=True, fetch=OUT, what="the proof",
     )  # fmt: skip
     print(
@@ -281,6 +304,8 @@ def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES)
         seconds=time.monotonic() - start,
         failures=tuple(failures),
         stages=tuple(statuses),
+        platform=req.platform,
+        emulated=req.emulated,
     )
 
 

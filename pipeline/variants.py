@@ -29,6 +29,7 @@ def arch(platform: str) -> str:
     """'linux/arm64' -> 'arm64': the lock folder, the per-architecture tag suffix, BuildKit's TARGETARCH."""
     return PLATFORMS[platform]["arch"]
 
+
 _VARIANT_KEYS = {
     "cuda": str,
     "torch": str,

@@ -53,7 +53,7 @@ def history_findings(client, image_id: str) -> list[str]:
     return findings
 
 
-def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: int = 600) -> list[str]:
+def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 600) -> list[str]:
     """Every finding, one line each (empty list: clean)."""
     markers = [f"--ca-marker={m}" for m in ca_markers(ca_cert)]
     done = run_in_image(

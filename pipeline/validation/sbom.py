@@ -16,7 +16,7 @@ from pipeline.containers import run_in_image
 INVENTORY = "/opt/proven-torch/container/sbom_inventory.py"
 
 
-def read_inventory(client, image_id: str, timeout_s: int = 300) -> dict:
+def read_inventory(client, image_id: str, timeout_s: float = 300) -> dict:
     done = run_in_image(
         client, image_id, [INVENTORY], entrypoint=["python3"], network=False, timeout_s=timeout_s, what="the SBOM inventory"
     )
@@ -57,9 +57,11 @@ def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str)
     return JsonV1Dot6(bom).output_as_string(indent=2)
 
 
-def write_sbom(client, image_id: str, image_name: str, base_suite: str, out_dir: Path) -> tuple[dict, dict]:
+def write_sbom(
+    client, image_id: str, image_name: str, base_suite: str, out_dir: Path, time_scale: float = 1.0
+) -> tuple[dict, dict]:
     """Write sbom.cdx.json next to the report; return the inventory it was made from and a summary."""
-    inventory = read_inventory(client, image_id)
+    inventory = read_inventory(client, image_id, 300 * time_scale)
     path = out_dir / "sbom.cdx.json"
     path.write_text(build_sbom(inventory, image_name, image_id, base_suite))
     summary = {
