@@ -52,10 +52,9 @@ class Target:
     advisories: Path | None = None
     platform: str = AMD64
 
-    @property
-    def arch_suffix(self) -> str:
+    def own_tag(self, tag: str) -> str:
         """A multi-arch line's images are tagged per architecture (TAG-arm64); its plain tags name the index."""
-        return f"-{arch(self.platform)}" if self.variant.multi_arch else ""
+        return index_push.arch_tag(tag, self.platform) if self.variant.multi_arch else tag
 
     @property
     def report_path(self) -> Path:
@@ -212,7 +211,7 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
     (target.run_dir / "validation.json").write_bytes(record)
     line_tags = [immutable, *moving]
-    all_tags = [tag + target.arch_suffix for tag in line_tags]
+    all_tags = [target.own_tag(tag) for tag in line_tags]
     image_labels, env = stamp_values(validation, immutable, record)
     stamped_id = labels.stamp(client, image_id, image_labels, env)
     target.write_report(image_id, validation, status="validated", tags=all_tags, stamped_id=stamped_id)

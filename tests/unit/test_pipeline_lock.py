@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pipeline.lock import LAYERS, compile_lock, is_locked, lock_dir, lock_status, split_lock, write_lock
+from pipeline.lock import LAYERS, compile_lock, is_locked, lock_dir, lock_status, split_lock, wheel_platform, write_lock
 from pipeline.render import render
 from pipeline.variants import load_matrix, resolve
 
@@ -103,4 +103,50 @@ def test_lock_generation_is_deterministic_and_matches_the_committed_lock(matrix,
     assert first == second
     write_lock(matrix, variant, first, root=tmp_path)
     for file, _ in LAYERS:
-        assert (tmp_path / variant.name / file).read_text() == (lock_dir(variant) / file).read_text(), file
+        assert (lock_dir(variant, tmp_path) / file).read_text() == (lock_dir(variant) / file).read_text(), file
+
+
+def multi_arch_lines(matrix):
+    return [v for v in matrix.variants if v.multi_arch]
+
+
+def test_every_platform_of_a_multi_arch_line_has_a_complete_hashed_fresh_lock(matrix):
+    """Each platform's lock: every layer file, every pin hashed, fresh against the matrix, for that platform."""
+    lines = multi_arch_lines(matrix)
+    assert lines, "the matrix lists no multi-arch line"
+    for variant in lines:
+        for platform in variant.platforms:
+            assert lock_status(matrix, variant, platform=platform).state == "fresh", (variant.name, platform)
+            folder = lock_dir(variant, platform=platform)
+            pins = {}
+            for file, _ in LAYERS:
+                text = (folder / file).read_text()
+                assert wheel_platform(platform) in text.splitlines()[1], f"{folder / file} was not resolved for {platform}"
+                for block in text.split("\n"):
+                    if block and block[0].isalnum():
+                        assert block.rstrip().endswith("\\"), f"{folder / file}: {block} has no hash"
+                        pins[block.split("==")[0]] = block.split("==")[1].split()[0]
+            assert pins["torch"] == variant.torch and any(name.startswith("nvidia-") for name in pins), (variant.name, platform)
+
+
+def test_a_lock_for_one_platform_does_not_pass_for_another(matrix, tmp_path):
+    """The digest names the platform: an amd64 lock copied into the arm64 folder is stale."""
+    variant = multi_arch_lines(matrix)[0]
+    amd64, arm64 = variant.platforms[0], variant.platforms[1]
+    for platform in (amd64, arm64):
+        target = lock_dir(variant, tmp_path, platform)
+        target.mkdir(parents=True)
+        for path in lock_dir(variant, platform=amd64).iterdir():
+            (target / path.name).write_bytes(path.read_bytes())
+    assert lock_status(matrix, variant, tmp_path, amd64).state == "fresh"
+    assert lock_status(matrix, variant, tmp_path, arm64).state == "stale"
+    assert not is_locked(variant, tmp_path / "none")
+
+
+def test_a_multi_arch_dockerfile_picks_the_lock_by_target_arch(matrix):
+    variant = multi_arch_lines(matrix)[0]
+    text = render(matrix, variant)
+    assert "ARG TARGETARCH" in text
+    assert f"COPY images/locks/{variant.name}/${{TARGETARCH}}/{LAYERS[0][0]}" in text
+    single = resolve(matrix, matrix.default_cuda)
+    assert not single.multi_arch and "TARGETARCH" not in render(matrix, single)
