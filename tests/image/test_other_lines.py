@@ -40,7 +40,8 @@ def line(request, docker, matrix, tmp_path_factory):
             *(["--ca-cert", str(ca)] if ca else [])]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=3000, cwd=REPO_ROOT, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    report = json.loads(next(reports.glob(f"{variant.name}/*/report.json")).read_text())
+    # a multi-arch line keeps one report per architecture (here amd64 alone: the default --platform)
+    report = json.loads(next(reports.glob(f"{variant.name}/*/**/report.json")).read_text())
     yield variant, report, done.stdout
     for ref in [*report["tags"], report["stamped_image_id"], report["validated_image_id"]]:
         subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)  # one line at a time on disk
@@ -51,8 +52,12 @@ def test_the_users_command_ends_in_a_validated_pushed_image(line):
     assert report["status"] == "pushed" and report["validation"]["ok"] is True and report["variant"] == variant.name
     tags = [t.rsplit(":", 1)[-1] for t in report["tags"]]  # the report keeps the tags alone
     assert tags[0].startswith(f"{variant.torch}-cu{variant.cuda.replace('.', '')}-py{variant.python}-")
-    assert tags[1:] == [variant.name]  # its moving tag; `latest` is the default line's alone
+    # its moving tag (`latest` is the default line's alone); a multi-arch line's images are tagged per
+    # architecture, its plain tags being the index that only --platform all writes
+    suffix = "-amd64" if variant.multi_arch else ""
+    assert tags[1:] == [variant.name + suffix] and tags[0].endswith(suffix)
     assert "==> done: " in stdout and "(pushed)" in stdout
+    assert ("per-architecture tags only" in stdout) == variant.multi_arch
 
 
 def test_the_image_reports_the_pinned_torch_and_cuda_and_learns(line):

@@ -1,0 +1,93 @@
+"""One tag, two architectures, against the real registry on 127.0.0.1: the index build.py writes
+over per-architecture images. The images here are tiny (FROM scratch, one file: BuildKit makes an
+arm64 one without emulation), so CI proves the index logic in seconds; the real arm64 image,
+built and proven under qemu, is `make arm64` (tests/image/test_arm64.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from pipeline import index_push, push
+from pipeline.docker_env import find_build_cli
+from pipeline.errors import PushFailed
+from pipeline.variants import AMD64, ARM64, arch
+from tests.image.conftest import REGISTRY, TEST_LABELS
+
+pytestmark = pytest.mark.image
+
+REF = f"{REGISTRY}/proven-torch-index-test"
+
+
+def _build(tmp_path, platform: str) -> str:
+    context = tmp_path / arch(platform)
+    context.mkdir()
+    (context / "which").write_text(f"{platform}\n")
+    labels = " ".join(f"{k}={v}" for k, v in TEST_LABELS.items())
+    (context / "Dockerfile").write_text(f"FROM scratch\nCOPY which /\nLABEL {labels}\n")
+    cli = find_build_cli()
+    iid = context / "iid"
+    subprocess.run(
+        [*cli.argv, "-q", "--platform", platform, "--iidfile", str(iid), str(context)],
+        env=cli.environ(), check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return iid.read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def children(docker, tmp_path_factory):
+    """Both architectures' images, tagged per architecture and pushed by the pipeline's own push."""
+    tmp_path = tmp_path_factory.mktemp("index")
+    out = {}
+    for platform in (AMD64, ARM64):
+        image_id = _build(tmp_path, platform)
+        tag = index_push.arch_tag("line", platform)
+        push.tag_image(docker, image_id, REF, [tag])
+        digest = push.push_tag(docker, image_id, REF, tag)
+        out[platform] = index_push.Child(platform, REF, tag, digest, image_id)
+    yield out
+    for child in out.values():
+        subprocess.run(["docker", "rmi", "-f", f"{REF}:{child.tag}", child.image_id], capture_output=True, check=False)
+
+
+def _inspect(ref: str) -> dict:
+    done = subprocess.run(
+        ["docker", "manifest", "inspect", "--insecure", ref],
+        capture_output=True, text=True, check=True, timeout=60, env={"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_the_index_lists_each_platform_with_its_validated_childs_digest(children):
+    ordered = index_push.plan_index((AMD64, ARM64), children)
+    digest = index_push.push_index(REF, "line", ordered)
+    listed = _inspect(f"{REF}:line")
+    assert {(m["platform"]["os"], m["platform"]["architecture"], m["digest"]) for m in listed["manifests"]} == {
+        ("linux", "amd64", children[AMD64].digest),
+        ("linux", "arm64", children[ARM64].digest),
+    }
+    assert digest.startswith("sha256:") and _inspect(f"{REF}@{digest}") == listed
+
+
+def test_pulling_the_tag_for_arm64_yields_the_arm64_image(children, docker):
+    index_push.push_index(REF, "line", index_push.plan_index((AMD64, ARM64), children))
+    for child in children.values():  # the pull below must come from the registry
+        subprocess.run(["docker", "rmi", "-f", f"{REF}:{child.tag}", child.image_id], capture_output=True, check=False)
+    pulled = docker.images.pull(REF, tag="line", platform=ARM64)
+    assert pulled.id == children[ARM64].image_id and pulled.attrs["Architecture"] == "arm64"
+    docker.images.remove(f"{REF}:line", force=True)
+    assert docker.images.pull(REF, tag="line", platform=AMD64).id == children[AMD64].image_id
+
+
+def test_a_child_that_is_not_the_validated_image_is_refused(children):
+    """The registry holds arm64's image under arm64's digest; claiming it is amd64's validated image fails."""
+    wrong = index_push.Child(AMD64, REF, children[ARM64].tag, children[ARM64].digest, children[AMD64].image_id)
+    with pytest.raises(PushFailed, match="not the validated"):
+        index_push.push_index(REF, "wrong", [wrong, children[ARM64]])
+    gone = subprocess.run(
+        ["docker", "manifest", "inspect", "--insecure", f"{REF}:wrong"],
+        capture_output=True, text=True, timeout=60, env={"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert gone.returncode != 0, "a refused index was pushed anyway"
