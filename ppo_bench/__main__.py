@@ -18,7 +18,8 @@ import sys
 import types
 import typing
 
-from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_OK, PPOBenchError
+from ppo_bench.errors import EXIT_BELOW_TARGET, PPOBenchError
+from smoke.clitools import EXIT_OK
 
 
 def field_docs(cls) -> dict[str, str]:

@@ -1,8 +1,11 @@
-"""Typed errors; `ppo_bench.__main__` turns each into one line and an exit code."""
+"""Typed errors; `ppo_bench.__main__` turns each into one line and an exit code.
 
-EXIT_OK = 0
-EXIT_ERROR = 1  # anything unexpected (a traceback is printed)
-EXIT_USAGE = 2  # bad arguments, or --require-gpu without a GPU
+Exit codes: the shared ones (smoke.clitools: 0 ok, 1 anything unexpected, with a
+traceback, 2 bad arguments or --require-gpu without a GPU), then ppo_bench's own.
+"""
+
+from smoke.clitools import EXIT_FAILED, EXIT_USAGE
+
 EXIT_BELOW_TARGET = 3  # --fail-below-target and the target return was not reached
 EXIT_DISTRIBUTED = 4  # a collective across torchrun ranks did not complete in time
 
@@ -10,7 +13,7 @@ EXIT_DISTRIBUTED = 4  # a collective across torchrun ranks did not complete in t
 class PPOBenchError(Exception):
     """Base class; `exit_code` is what the CLI exits with."""
 
-    exit_code = EXIT_ERROR
+    exit_code = EXIT_FAILED
 
 
 class ConfigError(PPOBenchError):

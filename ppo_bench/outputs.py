@@ -3,16 +3,15 @@ checkpoints (all written atomically), and the progress display."""
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
 import torch
+
+from smoke.clitools import atomic_write, write_json
 
 try:  # imported up front: slow, and not part of the timed run
     from torch.utils.tensorboard import SummaryWriter
@@ -20,28 +19,8 @@ except ImportError:  # a bare host without tensorboard (the image has it): no ev
     SummaryWriter = None
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same directory, then os.replace() it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, obj: dict) -> None:
-    _atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
-
-
 def save_checkpoint(path: Path, obj: dict) -> None:
-    _atomic_write(path, lambda f: torch.save(obj, f))
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -105,7 +84,7 @@ def finish(writer, out_dir: Path, args, ep_steps: list[int], ep_returns: list[fl
         reached["steps_to_target"],
         title=title,
     )
-    write_json(out_dir / "result.json", result)
+    write_json(out_dir / "result.json", result, sort_keys=True)
 
 
 def rolling_mean(values: list[float], window: int) -> list[float]:
@@ -145,7 +124,7 @@ def plot_learning_curve(
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    _atomic_write(path, lambda f: fig.savefig(f, format="png"))
+    atomic_write(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)
 
 

@@ -31,8 +31,9 @@ import traceback
 from pathlib import Path
 
 # rlhf_bench's __init__ has set offline mode: nothing below may download.
-from rlhf_bench.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, RLHFBenchError
+from rlhf_bench.errors import RLHFBenchError
 from rlhf_bench.grpo import BATCH_SIZE, RunConfig
+from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError
 
 EPILOG = """\
 exit codes:
@@ -46,13 +47,6 @@ exit codes:
 Every failure prints one line "rlhf_bench: error: ..." on stderr; OUT/result.json says more.
 The image's validation runs: python -m rlhf_bench --out DIR --processes 2
 """
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad argument is one line on stderr (and exit 2), like every failure."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"rlhf_bench: error: {message} (see python -m rlhf_bench --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,18 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str] | None) -> RunConfig:
+    """The run's settings; a bad argument is one line on stderr and exit 2, like every failure."""
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    if ns.steps < 1 or ns.window < 1:
-        parser.error("--steps and --window must be at least 1")
-    if ns.steps < 2 * ns.window:
-        parser.error(f"--steps {ns.steps} is fewer than two windows of --window {ns.window}")
-    if ns.learning_rate < 0:
-        parser.error("--learning-rate must be 0 or more")
-    if ns.processes < 1 or BATCH_SIZE % ns.processes:
-        parser.error(f"--processes must divide the batch of {BATCH_SIZE} completions per step (1, 2, 4 or 8)")
-    if ns.timeout <= 0:
-        parser.error("--timeout must be positive")
+    try:
+        ns = parser.parse_args(argv)
+        if ns.steps < 1 or ns.window < 1:
+            raise UsageError("--steps and --window must be at least 1")
+        if ns.steps < 2 * ns.window:
+            raise UsageError(f"--steps {ns.steps} is fewer than two windows of --window {ns.window}")
+        if ns.learning_rate < 0:
+            raise UsageError("--learning-rate must be 0 or more")
+        if ns.processes < 1 or BATCH_SIZE % ns.processes:
+            raise UsageError(f"--processes must divide the batch of {BATCH_SIZE} completions per step (1, 2, 4 or 8)")
+        if ns.timeout <= 0:
+            raise UsageError("--timeout must be positive")
+    except UsageError as err:
+        parser.exit(EXIT_USAGE, f"rlhf_bench: error: {err} (see python -m rlhf_bench --help)\n")
     return RunConfig(**vars(ns))
 
 
@@ -155,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             where_tb = "no traceback written"
         print(f"rlhf_bench: error: unexpected {type(exc).__name__}: {exc} ({where_tb})", file=sys.stderr, flush=True)
-        return EXIT_ERROR
+        return EXIT_FAILED
     ranks = ""
     if r["ranks"]:
         on_cpu = " on the CPU (fewer GPUs than ranks)" if r["ranks"]["device"] != r["device"] else ""

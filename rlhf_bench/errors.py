@@ -1,9 +1,13 @@
 """Typed errors and exit codes; `rlhf_bench.__main__` turns each error into one line
-`rlhf_bench: error: ...` on stderr and its exit code."""
+`rlhf_bench: error: ...` on stderr and its exit code.
 
-EXIT_OK = 0
-EXIT_ERROR = 1  # anything unexpected
-EXIT_USAGE = 2  # bad arguments (argparse), or --device cuda without a GPU (or with fewer GPUs than --processes)
+Exit codes: the shared ones (smoke.clitools: 0 passed, 1 anything unexpected, 2 bad
+arguments, or --device cuda without a GPU or with fewer GPUs than --processes), then
+rlhf_bench's own.
+"""
+
+from smoke.clitools import EXIT_FAILED, EXIT_USAGE
+
 EXIT_NO_RISE = 3  # the mean reward did not rise by --min-gain
 EXIT_POLICY = 4  # save/reload/generate failed, or the multi-process run failed or its ranks' weights differ
 
@@ -11,7 +15,7 @@ EXIT_POLICY = 4  # save/reload/generate failed, or the multi-process run failed 
 class RLHFBenchError(Exception):
     """Base class; `exit_code` is what the command line exits with."""
 
-    exit_code = EXIT_ERROR
+    exit_code = EXIT_FAILED
 
 
 class ConfigError(RLHFBenchError):

@@ -22,16 +22,15 @@ the last `window` steps exceeds the first window's by less than `min_gain` -> No
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
 from rlhf_bench import grpo, ranks
 from rlhf_bench.errors import NoRiseError, RanksError, RLHFBenchError
+from smoke.clitools import write_json
 
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers")
 
@@ -82,6 +81,7 @@ def run_gate(cfg: grpo.RunConfig) -> dict:
                 "versions": versions(),
                 "args": dataclasses.asdict(cfg),
             },
+            sort_keys=True,
         )
         raise
 
@@ -149,18 +149,10 @@ def run_gate(cfg: grpo.RunConfig) -> dict:
         "library_log": str(out / "libraries.log"),
     }
     result["plot"] = plot_reward_curve(out / "reward_curve.png", rewards, cfg, first, device)
-    write_json(out / "result.json", result)
+    write_json(out / "result.json", result, sort_keys=True)
     if failure is not None:
         raise failure
     return result
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Write through a temporary file in the same folder, then replace: never half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def plot_reward_curve(path: Path, rewards: list[float], cfg, first: float | None, device: str) -> str | None:

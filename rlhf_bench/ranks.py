@@ -28,20 +28,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from rlhf_bench.errors import ConfigError, RanksError
-from smoke import procs
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from smoke.clitools import EXIT_USAGE, write_json
+from smoke.procs import free_port, package_env, run_bounded
 
 
 def launch_command(processes: int, device: str, config_path: Path, port: int) -> list[str]:
@@ -106,9 +99,7 @@ def launch(cfg, device: str) -> dict:
     config_path.write_text(json.dumps({"cfg": dataclasses.asdict(cfg), "device": device}, indent=2) + "\n")
 
     cmd = launch_command(cfg.processes, device, config_path, free_port())
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env = package_env()
     if device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # N ranks on few cores; a tiny model gains nothing from threads
         env["ACCELERATE_USE_CPU"] = "true"  # also on a GPU host with --device cpu
@@ -117,17 +108,14 @@ def launch(cfg, device: str) -> dict:
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        to = {} if cfg.progress else {"stdout": log, "stderr": subprocess.STDOUT}  # --progress: the ranks' output here
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, **to)
-        try:
-            rc = proc.wait(timeout=cfg.timeout)
-        except subprocess.TimeoutExpired:
-            procs.stop_tree(proc)  # the launcher and every rank below it
-            raise RanksError(
-                f"the {cfg.processes}-process run did not finish within {cfg.timeout:g} s and was killed "
-                f"(see {log_path}; raise --timeout on a slow machine)"
-            ) from None
+        # --progress: the ranks' output on this terminal; at the deadline the launcher and every rank below it are stopped
+        rc = run_bounded(cmd, cfg.timeout, env=env, output=None if cfg.progress else log).returncode
     wall = time.perf_counter() - start
+    if rc is None:
+        raise RanksError(
+            f"the {cfg.processes}-process run did not finish within {cfg.timeout:g} s and was killed "
+            f"(see {log_path}; raise --timeout on a slow machine)"
+        )
     if rc != 0:
         raise RanksError(f"the {cfg.processes}-process run exited with status {rc}: {_last_error(log_path)} (see {log_path})")
 
@@ -174,17 +162,14 @@ def rank_main(config_path: str) -> int:
     spec = json.loads(Path(config_path).read_text())
     cfg = RunConfig(**spec["cfg"])
     run = train(cfg, spec["device"])
-    path = Path(cfg.out_dir) / "ranks" / f"rank{run['rank']}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(run, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json(Path(cfg.out_dir) / "ranks" / f"rank{run['rank']}.json", run)
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: python -m rlhf_bench.ranks CONFIG_JSON (started by `python -m rlhf_bench --processes N`)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     try:
         sys.exit(rank_main(sys.argv[1]))
     except Exception as exc:

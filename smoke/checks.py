@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from smoke import procs, rules
 from smoke.expect import BAKED_SPEC
+from smoke.procs import free_port, package_env
 
 DIST_TIMEOUT_S = 120.0
 STDERR_TAIL = 1500
@@ -270,44 +269,9 @@ def check_amp_cpu(ctx: Context) -> Outcome:
 # --------------------------------------------------------------------------- 5. distributed
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tail(text: str, limit: int = STDERR_TAIL) -> str:
     text = text.strip()
     return text if len(text) <= limit else "..." + text[-limit:]
-
-
-@dataclass(frozen=True)
-class Finished:
-    returncode: int | None  # None: killed at the deadline
-    stdout: str
-    stderr: str
-
-
-def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: str | None = None) -> Finished:
-    """Run `cmd` in its own session; at the deadline stop it and every process it started (smoke.procs)."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return Finished(proc.returncode, out, err)
-    except subprocess.TimeoutExpired:
-        procs.stop_tree(proc, grace=0)
-        out, err = proc.communicate()
-        return Finished(None, out, err)
-
-
-def package_env() -> dict[str, str]:
-    """This environment, with this project's packages importable by a child Python (torchrun workers, ppo_bench)."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
 
 
 def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -> Outcome:
@@ -328,7 +292,7 @@ def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -
                 "-m", "smoke.dist_worker", "--backend", backend, "--out", out_dir,
                 "--timeout", str(max(10.0, timeout / 2)),
             ]  # fmt: skip
-            last = run_bounded(cmd, timeout, env=env)
+            last = procs.run_bounded(cmd, timeout, env=env, grace=0)
             records = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank*.json"))]
         if last.returncode is None:
             return failed(f"{backend} x{nproc}: timed out after {timeout:.0f} s; stderr: {tail(last.stderr)}")

@@ -8,8 +8,6 @@ Exit status: 0 every required check passed, 1 a check failed, 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,18 +15,12 @@ from pathlib import Path
 from typing import TextIO
 
 from smoke import checks, rules
-from smoke.expect import UsageError, expect_from_facts, load_expect, load_spec
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse would print the usage block too)
-        raise UsageError(message)
+from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
+from smoke.expect import expect_from_facts, load_expect, load_spec
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m smoke", description="Validate a proven-torch image against its pins.")
+    parser = OneLineParser(prog="python -m smoke", description="Validate a proven-torch image against its pins.")
     add_expect_arguments(parser)
     parser.add_argument("--json-out", type=Path, help="write the full result as JSON here")
     parser.add_argument("--only", help=f"comma-separated subset of: {','.join(checks.NAMES)}")
@@ -141,13 +133,6 @@ def summary_line(records: list[dict], ok: bool, seconds: float) -> str:
     elif counts["skip"]:
         line += " (GPU checks skipped: no GPU; pass --require-gpu to require one)"
     return line
-
-
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def run_suite(expect: dict, require_gpu: bool, out: TextIO, json_out: Path | None = None, only: list[str] | None = None) -> dict:

@@ -13,12 +13,9 @@ import os
 from pathlib import Path
 
 from smoke import rules
+from smoke.clitools import UsageError
 
 BAKED_SPEC = Path("/opt/proven-torch/expect.json")
-
-
-class UsageError(Exception):
-    """Bad command-line input; main() prints it as one line and exits 2."""
 
 
 # key -> (allowed types, may be null, must be present)

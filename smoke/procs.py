@@ -1,4 +1,10 @@
-"""Stopping a process and everything it started, for the code that runs in the image.
+"""Running a child process with a deadline, and stopping it and everything it started,
+for the code that runs in the image (smoke, proof, ppo_bench, rlhf_bench).
+
+`run_bounded` is the one way these run a command: in a session of its own, with a
+deadline, output captured, streamed line by line, or sent to a file. At the deadline (or
+on an error or Ctrl-C while waiting) `stop_tree` stops the command and every process
+below it.
 
 A launcher (torchrun, `accelerate launch`, rlhf_bench's rank runner) may put its
 workers in a session of its own, out of reach of a signal to the launcher's
@@ -13,9 +19,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TextIO
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds smoke/, ppo_bench/, rlhf_bench/
 
 
 def parents() -> dict[int, int]:
@@ -73,3 +86,89 @@ def stop_tree(proc: subprocess.Popen, grace: float = 10.0) -> None:
     tree += [pid for pid in descendants(proc.pid) if pid not in tree]  # started meanwhile
     _signal_all(tree, signal.SIGKILL)
     proc.wait()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a bounded run ended."""
+
+    returncode: int | None  # None: stopped at the deadline
+    stdout: str = ""  # captured output; empty when it was streamed, sent to a file or inherited
+    stderr: str = ""
+
+
+def run_bounded(
+    cmd: list[str],
+    timeout: float,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    output: str | Callable[[str], None] | IO | None = "capture",
+    grace: float = 10.0,
+) -> Finished:
+    """Run `cmd` in a session of its own and wait at most `timeout` seconds.
+
+    `output`: "capture" (stdout and stderr apart, in the Finished), a function (called with
+    each line of stdout and stderr together, as it comes), an open file (stdout and stderr
+    go there), or None (inherited). At the deadline the command and every process it
+    started get SIGTERM, SIGKILL after `grace` seconds, and returncode is None; an error or
+    Ctrl-C while waiting stops them too, before it propagates.
+    """
+    if output == "capture":
+        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    elif callable(output):
+        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    elif output is None:
+        streams = {}
+    else:
+        streams = {"stdout": output, "stderr": subprocess.STDOUT}
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, text=True, errors="replace", start_new_session=True, **streams)
+    stopped = threading.Event()
+
+    def stop() -> None:
+        stopped.set()
+        stop_tree(proc, grace)
+
+    timer = threading.Timer(timeout, stop)
+    timer.start()
+    out = err = ""
+    try:
+        if output == "capture":
+            out, err = proc.communicate()
+        elif callable(output):
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                output(line.rstrip("\n"))
+            proc.wait()
+        else:
+            proc.wait()
+    finally:
+        timer.cancel()
+        timer.join()  # a stop at the deadline finishes before this returns
+        if proc.poll() is None:  # an error or Ctrl-C here: leave nothing running
+            stop_tree(proc, grace=2.0)
+    return Finished(None if stopped.is_set() else proc.returncode, out, err)
+
+
+def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  | ") -> int | None:
+    """Run a Python command of this project (`package_env`), copying its output line by line to
+    `out` behind `prefix`; its exit status, None when stopped at the deadline (run_bounded)."""
+
+    def copy(line: str) -> None:
+        print(prefix + line, file=out, flush=True)
+
+    return run_bounded(cmd, timeout, env=package_env(), output=copy).returncode
+
+
+def package_env() -> dict[str, str]:
+    """This environment, with this project's packages importable by a child Python (torchrun workers, ppo_bench)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now, for a launcher's rendezvous (it may be taken meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -20,29 +20,24 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import TextIO
 
-from smoke import cli, facts, procs, rules
-from smoke.expect import UsageError, load_spec
+from smoke import cli, facts, rules
+from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
+from smoke.expect import load_spec
+from smoke.procs import run_streamed
 
-EXIT_PROVEN, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+EXIT_PROVEN, EXIT_NO_GPU = EXIT_OK, 3
 PPO_TIMEOUT_S = 900.0
 SCHEMA = 1
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(message)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="proof",
         description="Prove this proven-torch image on this host: the smoke suite, then the PPO gate.",
         epilog="exit codes: 0 proven; 1 a check or the PPO gate failed; 2 bad arguments; 3 --require-gpu and no usable GPU",
@@ -204,34 +199,6 @@ def load_release() -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def run_streamed(cmd: list[str], timeout: float, out: TextIO, prefix: str = "  | ") -> int | None:
-    """Run `cmd`, copying its output line by line; None when stopped at the deadline. At the deadline
-    (or on any error here) the command and every process it started are stopped, those a launcher put
-    in sessions of their own included (smoke.procs)."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.checks.package_env(), errors="replace",
-        start_new_session=True,
-    )  # fmt: skip
-    killed = threading.Event()
-
-    def kill() -> None:
-        killed.set()
-        procs.stop_tree(proc)
-
-    timer = threading.Timer(timeout, kill)
-    timer.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            print(prefix + line.rstrip("\n"), file=out, flush=True)
-        code = proc.wait()
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            procs.stop_tree(proc, grace=2.0)
-    return None if killed.is_set() else code
-
-
 def run_gate(gate: dict, device: str, out_dir: Path, timeout: float, out: TextIO) -> tuple[dict, int | None]:
     print(
         f"==> PPO gate on {device}: {gate['env_id']} must reach a mean return of {gate['target_return']:g}", file=out, flush=True
@@ -367,7 +334,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         problem = f"proof crashed: {type(err).__name__}: {err}".splitlines()[0][:300]
         code, record = EXIT_FAILED, {"schema": SCHEMA, "ok": False, "failures": [problem], "verdict": f"proof: FAILED: {problem}"}
     if args.out:
-        cli.write_json(args.out / "proof.json", record)
+        write_json(args.out / "proof.json", record)
     stream = out if code == EXIT_PROVEN else sys.stderr
     print(record["verdict"], file=stream, flush=True)
     if args.out:

@@ -13,7 +13,7 @@ from ppo_bench import __main__ as cli
 from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_USAGE
 from ppo_bench.ppo import Args, train
 from smoke import procs
-from smoke.checks import free_port
+from smoke.procs import free_port
 
 pytestmark = pytest.mark.unit
 

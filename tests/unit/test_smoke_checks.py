@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from smoke import checks, dist_worker, facts
+from smoke import checks, dist_worker, facts, procs
 from smoke.expect import expect_from_facts
 
 pytestmark = pytest.mark.unit
@@ -226,14 +226,14 @@ def test_a_collective_that_times_out_is_one_line_naming_rank_and_collective():
 
 def test_bounded_run_kills_at_deadline_and_keeps_stderr():
     code = "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(60)"
-    done = checks.run_bounded([sys.executable, "-c", code], timeout=3)
+    done = procs.run_bounded([sys.executable, "-c", code], timeout=3)
     assert done.returncode is None
     assert "started" in done.stderr
 
 
 def test_failed_torchrun_reports_stderr_tail(monkeypatch):
     monkeypatch.setattr(
-        checks, "run_bounded", lambda cmd, timeout, env=None, cwd=None: checks.Finished(1, "", "x" * 5000 + "RuntimeError: boom")
+        procs, "run_bounded", lambda cmd, timeout, **kwargs: procs.Finished(1, "", "x" * 5000 + "RuntimeError: boom")
     )
     outcome = checks.run_distributed("gloo", 2, timeout=5)
     assert outcome.status == "fail"
