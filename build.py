@@ -225,14 +225,23 @@ def _scoped(section: dict) -> str:
 
 def matrix_json(matrix) -> str:
     """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per
-    variant and per flavor of a variant (build it with --cuda, --torch and --flavor)."""
+    variant and per flavor of a variant (build it with --cuda, --torch and --flavor), with the
+    platforms it is built for (the release builds a multi-arch line's arm64 image on an Arm runner)."""
     import json
 
     from pipeline.render import every_variant
 
     return json.dumps(
         [
-            {"variant": v.name, "cuda": v.cuda, "torch": v.torch_minor, "flavor": v.flavor, "default": v.is_default}
+            {
+                "variant": v.name,
+                "cuda": v.cuda,
+                "torch": v.torch_minor,
+                "flavor": v.flavor,
+                "default": v.is_default,
+                "platforms": list(v.platforms),
+                "multi_arch": v.multi_arch,
+            }  # fmt: skip
             for v in every_variant(matrix)
         ],
         separators=(",", ":"),

@@ -229,6 +229,22 @@ def gpu_facts(torch) -> list[dict]:
     return gpus
 
 
+def emulation(machine: str | None = None, cpuinfo: str | None = None) -> str | None:
+    """'aarch64 under emulation (qemu) on an x86_64 CPU' when this userspace runs on another architecture's
+    CPU through qemu (which passes the host's /proc/cpuinfo through), else None. PROVEN_TORCH_EMULATED says
+    so too, for a qemu that imitates the guest's cpuinfo."""
+    machine = machine or platform.machine()
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    x86_cpu = any(line.startswith("vendor_id") for line in cpuinfo.splitlines())
+    if x86_cpu and machine not in ("x86_64", "i686", "i386"):
+        return f"{machine} under emulation (qemu) on an x86_64 CPU"
+    return os.environ.get("PROVEN_TORCH_EMULATED") or None
+
+
 def collect(torch) -> dict:
     """Everything the checks and build.py need to know, as plain JSON values."""
     cuda_available, cuda_warning = cuda_status(torch)
@@ -243,6 +259,8 @@ def collect(torch) -> dict:
         "cudnn": cudnn_version(torch),
         "nccl": nccl_version(torch),
         "python": platform.python_version(),
+        "machine": platform.machine(),
+        "emulation": emulation(),
         "torchvision": tv,
         "torchaudio": ta,
         "gpu_count": len(gpus),
