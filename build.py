@@ -195,16 +195,24 @@ def variant_table_markdown(matrix) -> str:
     carried = carried_advisories(matrix)
     as_of = next(iter(carried.values()))["as_of"]
     rows = [
-        f"| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | known advisories, whole lock (as of {as_of}) | builds from | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | platforms "
+        f"| known advisories, whole lock (as of {as_of}) | builds from | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in _listed(matrix):
         name = f"**{v.name}** (default)" if v.is_default else v.name
         rows.append(
-            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_scoped(carried[v.name])} "
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_arches(v)} | {_scoped(carried[v.name])} "
             f"| {_source(v, carried[v.name])} | {v.note} |"
         )
     return "\n".join(rows)
+
+
+def _arches(variant) -> str:
+    """'amd64, arm64': the architectures the line is built for."""
+    from pipeline.variants import arch
+
+    return ", ".join(arch(p) for p in variant.platforms)
 
 
 def _source(variant, section: dict) -> str:
@@ -284,6 +292,7 @@ def cmd_list(
             f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
         print(f"{'':15} builds from: {_source(v, carried[v.name])}")
+        print(f"{'':15} platforms: {_arches(v)}" + (f" ({v.platforms_note})" if v.platforms_note else ""))
         print(f"{'':15} advisories, {carried[v.name]['audited']}: {carried_text(carried[v.name])}")
         if v.note:
             print(f"{'':15} note: {v.note}")

@@ -58,7 +58,9 @@ def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -
 
 
 def _latest_report(report_dir: Path, variant: Variant) -> dict | None:
-    runs = sorted((report_dir / variant.name).glob("*/report.json"))
+    runs = sorted((report_dir / variant.name).glob("*/report.json")) or sorted(  # a multi-arch line: per architecture
+        (report_dir / variant.name).glob("*/*/report.json")
+    )
     return json.loads(runs[-1].read_text()) if runs else None
 
 

@@ -150,3 +150,13 @@ def test_a_multi_arch_dockerfile_picks_the_lock_by_target_arch(matrix):
     assert f"COPY images/locks/{variant.name}/${{TARGETARCH}}/{LAYERS[0][0]}" in text
     single = resolve(matrix, matrix.default_cuda)
     assert not single.multi_arch and "TARGETARCH" not in render(matrix, single)
+
+
+def test_a_multi_arch_lines_architectures_pin_the_same_versions(matrix):
+    """build.py list, the README and proof disclose a line's advisories from its amd64 lock: that holds
+    for arm64 only while both locks pin the same packages at the same versions."""
+    from pipeline.lock import locked_packages
+
+    for variant in multi_arch_lines(matrix):
+        amd64, arm64 = (locked_packages(variant, platform=p) for p in variant.platforms)
+        assert amd64 and amd64 == arm64, variant.name
