@@ -1,6 +1,6 @@
 """`python -m ppo_bench ...`: the command line over `ppo_bench.ppo.train`.
 
-Every option is a field of `ppo_bench.ppo.Args` (--some-field / --no-some-field
+Every option is a field of `ppo_bench.config.Args` (--some-field / --no-some-field
 for booleans); its help is the field's docstring. Exit codes: 0 done (and solved,
 with --fail-below-target), 2 bad arguments or --require-gpu without a GPU,
 3 --fail-below-target and the target was not reached, 4 a collective across
@@ -51,7 +51,7 @@ def _base_type(annotation):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ppo_bench.ppo import Args
+    from ppo_bench.config import Args
 
     parser = argparse.ArgumentParser(
         prog="python -m ppo_bench",
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ppo_bench.ppo import Args, train
+    from ppo_bench.config import Args
+    from ppo_bench.ppo import train
 
     ns = build_parser().parse_args(argv)  # exits 2 on bad arguments
     try:

@@ -1,8 +1,9 @@
-"""What a run leaves behind: result.json, learning_curve.png, TensorBoard events,
-checkpoints (all written atomically), and the progress display."""
+"""What a run leaves behind: result.json, learning_curve.png and TensorBoard events (the
+files written whole), and the progress display. Checkpoints: ppo_bench/checkpoint.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import sys
 import time
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ppo_bench.checkpoint import RunState
+from ppo_bench.config import Args
 from smoke.clitools import atomic_write, write_json
 
 try:  # imported up front: slow, and not part of the timed run
@@ -19,14 +22,48 @@ except ImportError:  # a bare host without tensorboard (the image has it): no ev
     SummaryWriter = None
 
 
-def save_checkpoint(path: Path, obj: dict) -> None:
-    atomic_write(path, lambda f: torch.save(obj, f))
+def result_record(
+    args: Args, state: RunState, iteration: int, num_iterations: int, world_size: int, device, resumed: bool
+) -> dict:
+    """result.json: what the run reached, how fast, on what."""
+    window, steps, timing, reached = state.ep_returns[-args.target_window :], state.global_step, state.timing, state.reached
+    return {
+        "solved": reached["steps_to_target"] is not None,
+        "target_return": args.target_return,
+        "target_window": args.target_window,
+        "final_mean_return": sum(window) / len(window) if window else None,
+        "episodes": len(state.ep_returns),
+        **reached,
+        "wall_seconds": timing["wall"],
+        "cpu_seconds": timing["cpu"],
+        "sps_end_to_end": steps / max(timing["wall"], 1e-9),
+        "sps_rollout": steps / max(timing["rollout"], 1e-9),
+        "sps_update": steps / max(timing["update"], 1e-9),
+        "total_env_steps": steps,
+        "iterations": iteration,
+        "finished": iteration >= num_iterations or reached["steps_to_target"] is not None,
+        "seed": args.seed,
+        "backend": args.backend,
+        "env_id": args.env_id,
+        "num_envs": args.num_envs,
+        "num_envs_total": args.num_envs * world_size,
+        "world_size": world_size,
+        "torch_threads": torch.get_num_threads(),
+        "resumed": resumed,
+        **device_facts(device),
+        "versions": versions(),
+        "args": dataclasses.asdict(args),
+    }
 
 
-def load_checkpoint(path: Path) -> dict:
-    # weights_only=False: the checkpoint holds RNG states and pickled environments,
-    # and it is a file this program wrote itself.
-    return torch.load(path, map_location="cpu", weights_only=False)
+def device_facts(device: torch.device) -> dict:
+    return {
+        "device": str(device),
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
 
 
 def versions() -> dict:
@@ -61,14 +98,29 @@ def make_writer(out_dir: Path, purge_step: int | None):
 
 def open_writer(out_dir: Path, args, resumed_at: int | None):
     """TensorBoard writer of rank 0; a new run records its hyperparameters, a resumed one drops events past its checkpoint."""
-    import dataclasses
-
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = make_writer(out_dir, purge_step=resumed_at)
     if resumed_at is None:
         table = "\n".join(f"|{k}|{v}|" for k, v in dataclasses.asdict(args).items())
         writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + table)
     return writer
+
+
+def log_iteration(writer, step: int, lr: float, mean_recent, finished: list, losses, returns, values, sps: float) -> None:
+    """One iteration's TensorBoard scalars (CleanRL's names): `finished` the episodes that ended
+    in it (ppo.Episode), `losses` the update's means (ppo.LossStats)."""
+    var_y = returns.var()
+    explained_var = (1 - (returns - values).var() / var_y).item() if var_y > 0 else float("nan")
+    writer.add_scalar("charts/learning_rate", lr, step)
+    if mean_recent is not None:
+        writer.add_scalar("charts/episodic_return", mean_recent, step)
+    if finished:
+        writer.add_scalar("charts/episodic_return_iteration", sum(e.ret for e in finished) / len(finished), step)
+        writer.add_scalar("charts/episodic_length", sum(e.length for e in finished) / len(finished), step)
+    for name, value in losses._asdict().items():
+        writer.add_scalar(f"losses/{name}", value, step)
+    writer.add_scalar("losses/explained_variance", explained_var, step)
+    writer.add_scalar("charts/SPS", sps, step)
 
 
 def finish(writer, out_dir: Path, args, ep_steps: list[int], ep_returns: list[float], reached: dict, result: dict) -> None:

@@ -1,0 +1,208 @@
+"""The run's settings: `Args` (every field is a command-line option of `python -m ppo_bench`,
+its docstring the option's help), the defaults that depend on the backend, and the
+checks that the settings can work together."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+from ppo_bench.errors import ConfigError
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # --activation: the hidden layers' nonlinearity
+BACKENDS = ("torch", "gymnasium")
+
+# Algorithm settings whose best value depends on the backend. `None` in Args means
+# "take it from here". The gymnasium column is CleanRL's ppo.py defaults. The
+# torch column was tuned to reach CartPole's target in little CPU time on a
+# 2-core CPU (docs/ppo-benchmark.md has the measurements): many more environments
+# and large minibatches (few optimizer steps: each costs milliseconds of overhead
+# on a CPU), a 16x learning rate held in check by early stopping on KL, no
+# value clipping (with returns of order 100, clipping value updates to +-0.2
+# slowed the critic) and no entropy bonus (it kept the policy from settling at 500).
+BACKEND_DEFAULTS = {
+    "torch": dict(
+        total_timesteps=2_000_000,
+        num_envs=256,
+        num_steps=16,
+        learning_rate=4e-3,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_vloss=False,
+        ent_coef=0.0,
+        target_kl=0.03,
+    ),
+    "gymnasium": dict(
+        total_timesteps=500_000,
+        num_envs=4,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_vloss=True,
+        ent_coef=0.01,
+        target_kl=0.0,
+    ),
+}
+
+
+@dataclass
+class Args:
+    # --- experiment -----------------------------------------------------------
+    exp_name: str = "ppo_bench"
+    """the name of this experiment (TensorBoard text, result.json)"""
+    seed: int = 1
+    """seed of the experiment: network init, action sampling, environment resets"""
+    torch_deterministic: bool = True
+    """ask torch for deterministic kernels (cudnn.deterministic, cuBLAS workspace config)"""
+    device: str = "auto"
+    """'auto' (cuda when torch sees a GPU, else cpu), 'cpu' or 'cuda'"""
+    require_gpu: bool = False
+    """fail with exit code 2 unless torch sees a CUDA GPU"""
+    threads: int = 1
+    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). The networks are too small
+    to gain from more, and extra threads spin against other work on a shared CPU"""
+
+    # --- environment ----------------------------------------------------------
+    backend: str = "torch"
+    """'torch': CartPole-v1 batched in torch on the device; 'gymnasium': gymnasium vector envs on the host"""
+    env_id: str = "CartPole-v1"
+    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1)"""
+    num_envs: int | None = None
+    """parallel environments per process (default per backend: torch 256, gymnasium 4)"""
+
+    # --- algorithm --------------------------------------------------------------
+    total_timesteps: int | None = None
+    """total environment steps over all processes (default: torch 2,000,000, gymnasium 500,000)"""
+    learning_rate: float | None = None
+    """Adam learning rate (default: torch 4e-3, gymnasium 2.5e-4)"""
+    num_steps: int | None = None
+    """steps per environment per rollout (default: torch 16, gymnasium 128)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over total_timesteps"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalised advantage estimation"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (default 4)"""
+    update_epochs: int | None = None
+    """epochs over each rollout batch (default 4)"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient (also clips the value loss)"""
+    clip_vloss: bool | None = None
+    """use the clipped value loss of the PPO paper (default: torch backend off, it slowed learning there; gymnasium on, as CleanRL)"""
+    ent_coef: float | None = None
+    """coefficient of the entropy bonus (default: torch 0.0, gymnasium 0.01 as CleanRL)"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for gradient clipping"""
+    target_kl: float | None = None
+    """stop an update's epochs early when the approximate KL exceeds this; 0 = never (default: torch 0.03, gymnasium 0)"""
+    bootstrap_truncation: bool = True
+    """bootstrap truncated episodes (time limit) with V(final observation) instead of treating them as terminal"""
+    hidden_size: int = 64
+    """width of the two hidden layers of the actor and of the critic"""
+    activation: str = "tanh"
+    """hidden activation: 'tanh' (CleanRL) or 'relu'"""
+
+    # --- target and outputs -------------------------------------------------------
+    target_return: float | None = None
+    """mean return over the last `target_window` episodes that counts as solved (default: the env's reward threshold, 475 for CartPole-v1)"""
+    target_window: int = 100
+    """how many of the most recent finished episodes the target mean is taken over"""
+    stop_at_target: bool = False
+    """stop as soon as the target is reached"""
+    fail_below_target: bool = False
+    """exit with code 3 if the target was not reached"""
+    out_dir: str = "runs/ppo_bench"
+    """where result.json, learning_curve.png, TensorBoard events and checkpoints go"""
+    progress: bool = True
+    """tqdm progress bar when stdout is a terminal; without it (--no-progress, or not a terminal) a compact progress line every progress_interval seconds"""
+    progress_interval: float = 5.0
+    """seconds between progress lines when there is no progress bar"""
+    checkpoint_every: float = 60.0
+    """seconds between checkpoints (one is always written at the end); 0 = only at the end"""
+    resume: bool = False
+    """continue the run whose checkpoint is in out_dir, exactly where it stopped"""
+    stop_after_iterations: int = 0
+    """stop (with a checkpoint) after this many iterations of this invocation; 0 = no limit. For time-sliced jobs"""
+    dist_timeout: float = 300.0
+    """torchrun jobs: seconds a collective waits for the other ranks; then the run fails with one line naming the rank and the collective"""
+
+    # --- speed options (docs/ppo-benchmark.md says what each one is worth) --------
+    cuda_graphs: bool = False
+    """capture each rollout (policy + torch CartPole, num_steps steps) in one CUDA graph; cuda + torch backend only"""
+    compile: bool = False
+    """torch.compile the rollout step and the loss (needs a C++ compiler on CPU; compiling takes tens of seconds)"""
+    amp: str = "off"
+    """automatic mixed precision for the networks: 'off', 'bf16', or 'fp16' (cuda only, with GradScaler)"""
+    adam: str = "auto"
+    """Adam implementation: 'foreach', 'fused', or 'auto' (= fused: on CPU measurably faster here, and fewer kernels on cuda)"""
+
+
+# Fields that may differ between a run and its --resume (they do not change results).
+RUNTIME_ONLY_FIELDS = {
+    "out_dir",
+    "progress",
+    "progress_interval",
+    "checkpoint_every",
+    "resume",
+    "stop_after_iterations",
+    "require_gpu",
+    "fail_below_target",
+    "stop_at_target",
+    "dist_timeout",
+}
+
+
+def resolve_args(args: Args) -> Args:
+    """Fill backend defaults and check that the arguments can work together."""
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, not {args.backend!r}")
+    filled = {k: v for k, v in BACKEND_DEFAULTS[args.backend].items() if getattr(args, k) is None}
+    args = dataclasses.replace(args, **filled)
+    if args.target_kl is not None and args.target_kl <= 0:
+        args = dataclasses.replace(args, target_kl=None)
+    if args.target_return is None:
+        args = dataclasses.replace(args, target_return=_default_target(args))
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "target_window"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if (args.num_envs * args.num_steps) % args.num_minibatches:
+        raise ConfigError(
+            f"num_envs*num_steps ({args.num_envs}*{args.num_steps}) must be divisible by "
+            f"--num-minibatches ({args.num_minibatches})"
+        )
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, not {args.device!r}")
+    if args.amp not in ("off", "bf16", "fp16"):
+        raise ConfigError(f"--amp must be off, bf16 or fp16, not {args.amp!r}")
+    if args.activation not in ACTIVATIONS:
+        raise ConfigError(f"--activation must be one of {', '.join(ACTIVATIONS)}, not {args.activation!r}")
+    if args.adam not in ("auto", "foreach", "fused"):
+        raise ConfigError(f"--adam must be auto, foreach or fused, not {args.adam!r}")
+    if args.require_gpu and args.device == "cpu":
+        raise ConfigError("--require-gpu contradicts --device cpu")
+    if args.cuda_graphs and args.backend != "torch":
+        raise ConfigError("--cuda-graphs needs --backend torch (gymnasium envs step on the host)")
+    if args.fail_below_target and args.target_return is None:
+        raise ConfigError(f"--fail-below-target needs --target-return ({args.env_id} has no reward threshold)")
+    return args
+
+
+def _default_target(args: Args) -> float | None:
+    if args.env_id == "CartPole-v1":
+        return 475.0  # gymnasium's reward_threshold for CartPole-v1
+    if args.backend == "gymnasium":
+        import gymnasium as gym
+
+        with contextlib.suppress(gym.error.Error):
+            return gym.spec(args.env_id).reward_threshold
+    return None
