@@ -285,13 +285,9 @@ def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -
     last = None
     for _attempt in range(2):  # a second try only if the free port was taken meanwhile
         with tempfile.TemporaryDirectory(prefix="smoke-dist-") as out_dir:
-            cmd = [
-                sys.executable, "-m", "torch.distributed.run",
-                "--nnodes", "1", "--nproc_per_node", str(nproc),
-                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-                "-m", "smoke.dist_worker", "--backend", backend, "--out", out_dir,
-                "--timeout", str(max(10.0, timeout / 2)),
-            ]  # fmt: skip
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc)]
+            cmd += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+            cmd += ["-m", "smoke.dist_worker", "--backend", backend, "--out", out_dir, "--timeout", str(max(10.0, timeout / 2))]
             last = procs.run_bounded(cmd, timeout, env=env, grace=0)
             records = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank*.json"))]
         if last.returncode is None:

@@ -103,9 +103,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             except OSError:
                 pass
         lines = report(
-            args.min_driver or expect.get("min_driver"), nvml, proc_driver, facts.shm_bytes(), torch_build(),
-            spec.get("advisories"), expect.get("driver_lines"), facts.rdma_facts(),
-        )  # fmt: skip
+            min_driver=args.min_driver or expect.get("min_driver"),
+            nvml=nvml,
+            proc_driver=proc_driver,
+            shm=facts.shm_bytes(),
+            torch_info=torch_build(),
+            advisories=spec.get("advisories"),
+            driver_lines=expect.get("driver_lines"),
+            rdma=facts.rdma_facts(),
+        )
     except SystemExit:  # --help
         return 0
     except Exception as err:  # informational: say what went wrong, never stop the container

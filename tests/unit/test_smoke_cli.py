@@ -51,8 +51,11 @@ def full_run(host_expect, tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke") / "result.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "smoke", "--expect", host_expect, "--json-out", str(out)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines, running_at_first_row = [], None
     deadline = time.monotonic() + 300
     try:

@@ -171,8 +171,8 @@ def test_requirements_on_another_platform_are_skipped():
     ],
 )
 def test_requirement_forms_read_by_packaging(line, version, ok):
-    installed = {"nvidia-cudnn-cu12": version, "nvidia-nccl-cu12": version, "nvidia-nvjitlink-cu12": version,
-                 "nvidia-cufft-cu12": version, "triton": version}  # fmt: skip
+    names = ("nvidia-cudnn-cu12", "nvidia-nccl-cu12", "nvidia-nvjitlink-cu12", "nvidia-cufft-cu12", "triton")
+    installed = dict.fromkeys(names, version)
     good, problems = rules.check_requirements([line], installed, LINUX_X86)
     assert (problems == []) is ok, problems
     assert bool(good) is (ok and version is not None)
@@ -389,8 +389,15 @@ def test_no_advisories_and_no_record():
 def test_medium_and_low_rows_are_reported_grouped_by_package_and_need_no_acceptance():
     import datetime as dt
 
-    medium = {"id": "PYSEC-9", "severity": "MEDIUM", "accepted": False, "package": "setuptools", "version": "1.0",
-              "fixed": "no fix stated", "summary": "path traversal"}  # fmt: skip
+    medium = {
+        "id": "PYSEC-9",
+        "severity": "MEDIUM",
+        "accepted": False,
+        "package": "setuptools",
+        "version": "1.0",
+        "fixed": "no fix stated",
+        "summary": "path traversal",
+    }
     section = {**SECTION, "summary": "2 high, 1 medium (high and critical accepted)", "carried": [*SECTION["carried"], medium]}
     assert rules.carried_text(section).endswith(": torch PYSEC-2026-139, PYSEC-2026-2286; setuptools PYSEC-9")
     assert (
