@@ -36,6 +36,29 @@ def test_verdict_on_the_cpu_says_gpu_checks_not_run():
     assert line.startswith("proof: PROVEN on the CPU only (AMD EPYC 7B13, 2 cores)") and "GPU checks not run" in line
 
 
+X86_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n"
+ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
+
+
+def test_emulation_is_an_aarch64_userspace_on_an_x86_cpu(monkeypatch):
+    from smoke.facts import emulation
+
+    monkeypatch.delenv("PROVEN_TORCH_EMULATED", raising=False)
+    assert emulation("aarch64", X86_CPUINFO) == "aarch64 under emulation (qemu) on an x86_64 CPU"
+    assert emulation("aarch64", ARM_CPUINFO) is None  # a Grace or Graviton host: native
+    assert emulation("x86_64", X86_CPUINFO) is None
+    monkeypatch.setenv("PROVEN_TORCH_EMULATED", "aarch64 under qemu")  # a qemu that imitates the guest's cpuinfo
+    assert emulation("aarch64", ARM_CPUINFO) == "aarch64 under qemu"
+
+
+def test_verdict_under_emulation_claims_nothing_about_arm_hardware_or_a_gpu():
+    place = {**CPU, "emulation": "aarch64 under emulation (qemu) on an x86_64 CPU"}
+    line = proof.verdict_line(True, place, [])
+    assert line.startswith("proof: PROVEN under emulation (aarch64 under emulation (qemu) on an x86_64 CPU; AMD EPYC")
+    assert line.endswith("validated under emulation on amd64; not run on Arm hardware or on a GPU")
+    assert proof.verdict_line(False, place, ["x"]) == "proof: FAILED: x"
+
+
 def test_verdict_of_a_failure_lists_what_failed():
     assert (
         proof.verdict_line(False, CPU, ["smoke check(s) failed: versions", "x"])
