@@ -268,6 +268,20 @@ def test_torchrun_ranks_stop_their_epochs_together(tmp_path, target_kl):
         assert torch.equal(value, r1["agent"][key]), key
 
 
+def start(argv: list[str], **env_extra: str) -> subprocess.Popen:
+    """`python ARGV` in a session of its own (the test kills the whole group if it fails), output piped."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **env_extra)
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def _rank_pids(parent: int) -> dict[int, int]:
     """{RANK: pid} of torchrun's workers (children of `parent`), read from /proc."""
     found = {}
@@ -289,19 +303,10 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout(tmp_path):
     import signal
     import time
 
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     argv = torchrun_argv(
         tmp_path / "stall", "--total-timesteps", "100000000", "--dist-timeout", "10", "--progress-interval", "0.5"
     )
-    proc = subprocess.Popen(
-        [sys.executable, *argv],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start(argv)
     try:
         deadline = time.monotonic() + 120
         for line in proc.stdout:  # rank 0's progress lines: the job is training
@@ -339,16 +344,7 @@ def test_a_crashed_rank_resumes_from_the_last_checkpoint_with_max_restarts(tmp_p
     # variable below (pytorch/pytorch#135712). docs/scale-out.md says the same to users.
     at = argv.index("--master_addr")
     argv[at : at + 4] = ["--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    proc = subprocess.Popen(
-        [sys.executable, *argv],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start(argv, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     try:
         deadline = time.monotonic() + 120
         while not (out / "checkpoint-rank1.prev.pt").exists():  # two checkpoints written: well into the run
