@@ -380,10 +380,13 @@ CONFIGS = {
 # Floating-point kernels differ between CPUs (ATen picks AVX2 or AVX512 code at run time; an
 # Intel and an AMD host of the same machine kind gave other last bits), so an exact digest holds
 # only on the CPU kind it was recorded on: "vendor/ATen capability". Recorded: the Intel digests
-# on the first CI hosts (AVX512 Xeons), the AMD ones on an AMD EPYC (AVX2) on 2026-12-04.
+# on the first CI hosts (AVX512 Xeons), the AMD ones on an AMD EPYC (AVX2) and on another AMD
+# EPYC (AVX512) on 2026-12-04: the same fp32 digests, another bf16 one (a bf16 kernel outside
+# ATen's capability switch: forcing ATEN_CPU_CAPABILITY=avx2 there did not give AVX2's).
 DIGESTS = {
     "GenuineIntel/AVX512": {"torch": "835818b40cfb4e48", "torch-kl-bf16": "dbbd8de3c7bf14a5", "gymnasium": "babb869bd15038dd"},
     "AuthenticAMD/AVX2": {"torch": "0f3ebbd67108ca21", "torch-kl-bf16": "897c7b921dbd92f8", "gymnasium": "d5ce35ade3bf78a6"},
+    "AuthenticAMD/AVX512": {"torch": "0f3ebbd67108ca21", "torch-kl-bf16": "7fbe6bdbf9cef5a5", "gymnasium": "d5ce35ade3bf78a6"},
 }
 # On every CPU: the same episode returns and epochs, and weights within a tolerance, against
 # tests/unit/ppo_reference.json (recorded on the AMD host above). Measured: forcing ATen's
