@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from smoke import procs, rules
+from smoke import facts, procs, rules
 from smoke.expect import BAKED_SPEC
 from smoke.procs import free_port, package_env
 
@@ -274,8 +274,10 @@ def tail(text: str, limit: int = STDERR_TAIL) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def run_distributed(backend: str, nproc: int, timeout: float = DIST_TIMEOUT_S) -> Outcome:
-    """all_reduce/broadcast/all_gather over `backend` with `nproc` ranks, launched by torchrun."""
+def run_distributed(backend: str, nproc: int, timeout: float | None = None) -> Outcome:
+    """all_reduce/broadcast/all_gather over `backend` with `nproc` ranks, launched by torchrun
+    (within DIST_TIMEOUT_S, scaled under emulation)."""
+    timeout = facts.deadline(DIST_TIMEOUT_S) if timeout is None else timeout
     env = package_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     if backend == "gloo":

@@ -229,6 +229,16 @@ def gpu_facts(torch) -> list[dict]:
     return gpus
 
 
+EMULATION_SCALE = 4.0  # deadlines under qemu: emulated Python runs 10-100x slower (docs/benchmarks.md)
+
+
+def deadline(seconds: float, emulated: bool | None = None) -> float:
+    """`seconds`, or EMULATION_SCALE times that under emulation (`emulated`; None: find out)."""
+    if emulated is None:
+        emulated = emulation() is not None
+    return seconds * (EMULATION_SCALE if emulated else 1.0)
+
+
 def emulation(machine: str | None = None, cpuinfo: str | None = None) -> str | None:
     """'aarch64 under emulation (qemu) on an x86_64 CPU' when this userspace runs on another architecture's
     CPU through qemu (which passes the host's /proc/cpuinfo through), else None. PROVEN_TORCH_EMULATED says

@@ -33,7 +33,6 @@ from smoke.procs import run_streamed
 
 EXIT_PROVEN, EXIT_NO_GPU = EXIT_OK, 3
 PPO_TIMEOUT_S = 900.0
-EMULATION_SCALE = 4.0  # the gate's default deadline under qemu (measured there: docs/benchmarks.md)
 NOT_NATIVE = "validated under emulation on amd64; not run on Arm hardware or on a GPU"
 SCHEMA = 1
 
@@ -55,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ppo-timeout",
         type=float,
         default=None,
-        help=f"seconds the PPO gate may take (default: {PPO_TIMEOUT_S:.0f}; {EMULATION_SCALE:.0f}x that under emulation)",
+        help=f"seconds the PPO gate may take (default: {PPO_TIMEOUT_S:.0f}; {facts.EMULATION_SCALE:.0f}x that under emulation)",
     )
     parser.add_argument(
         "--cpu-ratio",
@@ -228,7 +227,7 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
     emulated = facts.emulation()
     if args.ppo_timeout is None:
-        args.ppo_timeout = PPO_TIMEOUT_S * (EMULATION_SCALE if emulated else 1.0)
+        args.ppo_timeout = facts.deadline(PPO_TIMEOUT_S, emulated is not None)
     if emulated:
         print(f"proof: running as {emulated}: the gate may take {args.ppo_timeout:.0f} s; {NOT_NATIVE}", file=out, flush=True)
     record: dict = {

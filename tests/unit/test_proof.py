@@ -51,6 +51,13 @@ def test_emulation_is_an_aarch64_userspace_on_an_x86_cpu(monkeypatch):
     assert emulation("aarch64", ARM_CPUINFO) == "aarch64 under qemu"
 
 
+def test_deadlines_stretch_under_emulation_only():
+    from smoke.facts import EMULATION_SCALE, deadline
+
+    assert deadline(120.0, emulated=False) == 120.0
+    assert deadline(120.0, emulated=True) == 120.0 * EMULATION_SCALE > 120.0
+
+
 def test_verdict_under_emulation_claims_nothing_about_arm_hardware_or_a_gpu():
     place = {**CPU, "emulation": "aarch64 under emulation (qemu) on an x86_64 CPU"}
     line = proof.verdict_line(True, place, [])
