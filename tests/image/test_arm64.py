@@ -21,7 +21,7 @@ from tests.image.conftest import REGISTRY, ca_cert
 
 pytestmark = [pytest.mark.image, pytest.mark.arm64]
 
-REPO = "proven-torch-arm64-test"
+REPO = "proven-torch-test-arm64"  # scripts/ci-cleanup.sh removes proven-torch-test* images
 EMULATED = "validated under emulation on amd64; not run on Arm hardware or on a GPU"
 
 

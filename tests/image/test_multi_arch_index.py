@@ -18,7 +18,7 @@ from tests.image.conftest import REGISTRY, TEST_LABELS
 
 pytestmark = pytest.mark.image
 
-REF = f"{REGISTRY}/proven-torch-index-test"
+REF = f"{REGISTRY}/proven-torch-test-index"  # scripts/ci-cleanup.sh removes proven-torch-test* images
 
 
 def _build(tmp_path, platform: str) -> str:
