@@ -93,44 +93,78 @@ def make_parser() -> argparse.ArgumentParser:
     build, lock, matrix = cmds["build"], cmds["lock"], cmds["matrix"]
 
     for cmd in (build, lock):
-        cmd.add_argument("--cuda", help="CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several "
-             "torch lines, the first listed unless --torch picks another")  # fmt: skip
-        cmd.add_argument("--torch", help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
-             "build for the CUDA line (default: the torch the matrix pins for the line)")  # fmt: skip
-        cmd.add_argument("--flavor", default=BASE, help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
-             "rlhf (transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)")  # fmt: skip
+        cmd.add_argument(
+            "--cuda",
+            help="CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several "
+            "torch lines, the first listed unless --torch picks another",
+        )
+        cmd.add_argument(
+            "--torch",
+            help="torch version to require, e.g. 2.9; refused with a clear message when that torch has no "
+            "build for the CUDA line (default: the torch the matrix pins for the line)",
+        )
+        cmd.add_argument(
+            "--flavor",
+            default=BASE,
+            help="base (default), or a flavor of [flavors] in images/variants.toml, e.g. "
+            "rlhf (transformers, TRL, accelerate, PEFT on top of the base image; tags end in -rlhf)",
+        )
     build.add_argument(
         "--push",
         action="store_true",
         help="push the validated image (all its tags) to --registry (default: Docker Hub naming)",
     )
-    build.add_argument("--compression", choices=("gzip", "zstd", "both"), default="gzip",
-         help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; zstd: smaller "
-         "and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 (needs skopeo); "
-         "both: the tags stay gzip and each also gets a zstd form, TAG-zstd")  # fmt: skip
-    build.add_argument("--hold-moving-tags", action="store_true",
-         help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
-         "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest")  # fmt: skip
-    build.add_argument("--platform", default=AMD64, choices=[*PLATFORMS, "all"],
-         help="the platform to build and validate (default: %(default)s); linux/arm64 runs under qemu on an amd64 host "
-         "(scripts/prepare-host.sh --arm64) for the lines that list it (build.py list); all: every platform of the line, "
-         "and with --push one multi-arch index under the line's tags")  # fmt: skip
+    build.add_argument(
+        "--compression",
+        choices=("gzip", "zstd", "both"),
+        default="gzip",
+        help="with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; zstd: smaller "
+        "and faster to unpack, for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 (needs skopeo); "
+        "both: the tags stay gzip and each also gets a zstd form, TAG-zstd",
+    )
+    build.add_argument(
+        "--hold-moving-tags",
+        action="store_true",
+        help="with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json "
+        "(push.held_tags), for a release that moves them after a GPU proof of the pushed digest",
+    )
+    build.add_argument(
+        "--platform",
+        default=AMD64,
+        choices=[*PLATFORMS, "all"],
+        help="the platform to build and validate (default: %(default)s); linux/arm64 runs under qemu on an amd64 host "
+        "(scripts/prepare-host.sh --arm64) for the lines that list it (build.py list); all: every platform of the line, "
+        "and with --push one multi-arch index under the line's tags",
+    )
     build.add_argument("--registry", metavar="HOST[:PORT]", help="registry to push to, e.g. localhost:5000 (with --push)")
     build.add_argument(
         "--repo", default=None, metavar="NAME", help="repository name of the image (default: the matrix's project name)"
     )
     for cmd in (build, matrix):
-        cmd.add_argument("--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE",
-             help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit secret, "
-             "never stored in a layer (default: $BUILD_CA_CERT)")  # fmt: skip
-        cmd.add_argument("--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP",
-             help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the image's "
-             "Python packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
-             "(default: $ADVISORY_DB, else the committed snapshot in images/advisories/)")  # fmt: skip
+        cmd.add_argument(
+            "--ca-cert",
+            type=Path,
+            default=os.environ.get("BUILD_CA_CERT") or None,
+            metavar="FILE",
+            help="PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit secret, "
+            "never stored in a layer (default: $BUILD_CA_CERT)",
+        )
+        cmd.add_argument(
+            "--advisories",
+            type=Path,
+            default=os.environ.get("ADVISORY_DB") or None,
+            metavar="DIR|ZIP",
+            help="OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the image's "
+            "Python packages offline; high/critical findings fail validation unless in images/audit-allowlist.toml "
+            "(default: $ADVISORY_DB, else the committed snapshot in images/advisories/)",
+        )
         cmd.add_argument("-v", "--verbose", action="store_true", help="stream every build line, not only the steps")
-    build.add_argument("--allow-cpu-validation", action="store_true",
-         help="on a host without a GPU, allow --push of an image validated on the CPU only "
-         "(the report and the label io.proven-torch.gpu-validated say false)")  # fmt: skip
+    build.add_argument(
+        "--allow-cpu-validation",
+        action="store_true",
+        help="on a host without a GPU, allow --push of an image validated on the CPU only "
+        "(the report and the label io.proven-torch.gpu-validated say false)",
+    )
     for cmd in (build, cmds["report"], matrix):
         cmd.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports", help="where reports go (default: reports/)")
     for cmd in (cmds["render"], lock):
@@ -139,21 +173,41 @@ def make_parser() -> argparse.ArgumentParser:
     listing.add_argument("--markdown", action="store_true", help="print the table as Markdown (the README's)")
     listing.add_argument("--json", action="store_true", help="print the matrix as JSON (what CI's workflows read)")
     listing.add_argument("--default", action="store_true", help="print the default variant's name (what scripts build)")
-    listing.add_argument("--base-image", metavar="PLATFORM", choices=list(PLATFORMS),
-         help="print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture "
-         "name), what scripts/prepare-host.sh pulls or makes")  # fmt: skip
-    listing.add_argument("--pin", metavar="PACKAGE", action="append",
-         help="print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or "
-         "every line of a flavor when PACKAGE names one (rlhf); repeat it for several (the host venv shares them)")  # fmt: skip
+    listing.add_argument(
+        "--base-image",
+        metavar="PLATFORM",
+        choices=list(PLATFORMS),
+        help="print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture "
+        "name), what scripts/prepare-host.sh pulls or makes",
+    )
+    listing.add_argument(
+        "--pin",
+        metavar="PACKAGE",
+        action="append",
+        help="print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or "
+        "every line of a flavor when PACKAGE names one (rlhf); repeat it for several (the host venv shares them)",
+    )
     adv = cmds["advisories"]
-    adv.add_argument("--from", dest="from_dir", type=Path, metavar="DIR|ZIP",
-         help="OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git checkout of "
-         "pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz")  # fmt: skip
+    adv.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        metavar="DIR|ZIP",
+        help="OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git checkout of "
+        "pypa/advisory-database), osv.dev's PyPI/all.zip, or a .jsonl.gz",
+    )
     adv.add_argument("--as-of", metavar="YYYY-MM-DD", help="the records' date (default: the checkout's last commit)")
-    adv.add_argument("--source", default="https://github.com/pypa/advisory-database",
-         help="where the records came from, written into the snapshot (default: %(default)s)")  # fmt: skip
-    matrix.add_argument("--line", action="append", metavar="VARIANT",
-         help="only this line (repeat for several; default: every base line of the matrix)")  # fmt: skip
+    adv.add_argument(
+        "--source",
+        default="https://github.com/pypa/advisory-database",
+        help="where the records came from, written into the snapshot (default: %(default)s)",
+    )
+    matrix.add_argument(
+        "--line",
+        action="append",
+        metavar="VARIANT",
+        help="only this line (repeat for several; default: every base line of the matrix)",
+    )
     matrix.add_argument("--keep", action="store_true", help="keep each image after its proof (default: remove it, to free disk)")
 
     return parser
@@ -249,7 +303,7 @@ def matrix_json(matrix) -> str:
                 "default": v.is_default,
                 "platforms": list(v.platforms),
                 "multi_arch": v.multi_arch,
-            }  # fmt: skip
+            }
             for v in every_variant(matrix)
         ],
         separators=(",", ":"),
@@ -257,9 +311,13 @@ def matrix_json(matrix) -> str:
 
 
 def cmd_list(
-    matrix, markdown: bool = False, as_json: bool = False, default: bool = False, pin: list[str] | None = None,
+    matrix,
+    markdown: bool = False,
+    as_json: bool = False,
+    default: bool = False,
+    pin: list[str] | None = None,
     base_image: str | None = None,
-) -> int:  # fmt: skip
+) -> int:
     if base_image:
         print(matrix.base_image_for(base_image))
         return 0
@@ -400,9 +458,17 @@ def cmd_matrix(matrix, args) -> int:
     from smoke.proof import host_cpu
 
     config = BuildConfig(
-        matrix=matrix, variant=resolve(matrix, None), push=False, registry=None, repo=matrix.name, ca_cert=args.ca_cert,
-        advisories=args.advisories, allow_cpu_validation=True, report_dir=args.report_dir, verbose=args.verbose,
-    )  # fmt: skip
+        matrix=matrix,
+        variant=resolve(matrix, None),
+        push=False,
+        registry=None,
+        repo=matrix.name,
+        ca_cert=args.ca_cert,
+        advisories=args.advisories,
+        allow_cpu_validation=True,
+        report_dir=args.report_dir,
+        verbose=args.verbose,
+    )
     rows = run_matrix(matrix, config, args.line, args.keep)
     md, js = write_summary(rows, args.report_dir, host_cpu())
     print(markdown(rows, host_cpu(), "today"), end="")

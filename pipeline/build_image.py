@@ -56,9 +56,14 @@ def build_args(revision: str, created: str) -> dict[str, str]:
 
 
 def build_command(
-    cli: BuildCli, variant: Variant, iidfile: Path, args: dict[str, str], ca_cert: Path | None, context: Path = REPO_ROOT,
+    cli: BuildCli,
+    variant: Variant,
+    iidfile: Path,
+    args: dict[str, str],
+    ca_cert: Path | None,
+    context: Path = REPO_ROOT,
     platform: str = AMD64,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     argv = [*cli.argv, "--progress=plain", "--platform", platform, "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
     for key, value in {**build_arg(variant), **args}.items():  # TORCH picks the line in its CUDA line's file
         argv += ["--build-arg", f"{key}={value}"]

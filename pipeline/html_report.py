@@ -65,14 +65,15 @@ def _audit_section(audit: dict | None) -> str:
     as_of = _e(audit.get("as_of") or "unknown date") + (f" ({age} days old)" if age is not None else "")
     if audit.get("stale"):
         as_of += " <span class='skip'>stale: audit again with fresh advisories</span>"
-    table = "<table id='audit'>" + _rows([
+    summary = [
         ("result", _status("fail" if audit.get("status") == "fail" else ("stale" if audit.get("stale") else "pass"))),
         ("advisory database", f"<code>{_e(audit.get('database'))}</code>, {_e(audit.get('records'))} records"),
         ("as of", as_of),
         ("Python packages checked", _e(audit.get("packages"))),
         ("read by the irregular-version rule", _irregular(audit.get("read_by_rule"), "read")),
         ("unreadable (counted as affected)", _irregular(audit.get("unreadable"), "raw")),
-    ]) + "</table>"  # fmt: skip
+    ]
+    table = "<table id='audit'>" + _rows(summary) + "</table>"
     rows = [(f, "; ".join(f.get("unreadable", []))) for f in audit.get("findings", [])] + [
         (
             f,
@@ -109,15 +110,19 @@ def render_page(report: dict, run_dir: Path) -> str:
     ]
     if report.get("error"):
         parts.append(f"<p class='fail' id='error'>{_e(report['error'])}</p>")
-    parts.append("<h2>Image</h2><table>" + _rows([
+    image_rows = [
         ("tags", "<br>".join(f"<code>{_e(t)}</code>" for t in report.get("tags", [])) or "none (not validated)"),
         ("image ID (stamped, tagged, pushed)", f"<code>{_e(report.get('stamped_image_id'))}</code>"),
         ("validated image ID", f"<code>{_e(report.get('validated_image_id'))}</code>"),
-        ("pushed", "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed"),
+        (
+            "pushed",
+            "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed",
+        ),
         ("validated on", "GPU" if report.get("gpu") else "CPU only (no GPU on the build host)"),
         ("created / revision", f"{_e(report.get('created'))} / <code>{_e(report.get('revision'))}</code>"),
         ("build time", f"{_e(report.get('build_seconds'))} s"),
-    ]) + "</table>")  # fmt: skip
+    ]
+    parts.append("<h2>Image</h2><table>" + _rows(image_rows) + "</table>")
     stages = validation.get("stages") or []
     if stages:
         parts.append(
@@ -155,7 +160,7 @@ def render_page(report: dict, run_dir: Path) -> str:
                     ),
                     ("layers", _e(size.get("layers"))),
                 ]
-            )  # fmt: skip
+            )
             + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"
             + "".join(
                 f"<tr><td>{_e(layer.get('name') or layer['created_by'][:110])}</td><td>{layer['bytes'] / GB:.2f} GB</td></tr>"
@@ -176,32 +181,45 @@ def render_page(report: dict, run_dir: Path) -> str:
         parts.append("<p>not run</p>")
     parts.append("<h2>PPO benchmark</h2>")
     if ppo:
-        parts.append("<table id='ppo'>" + _rows([
+        ppo_rows = [
             ("solved", _status("pass" if ppo.get("solved") else "fail")),
-            ("env / backend / device", _e(f"{ppo.get('env_id')} / {ppo.get('backend')} / {ppo.get('device')} {ppo.get('gpu_name') or ''}")),
+            (
+                "env / backend / device",
+                _e(f"{ppo.get('env_id')} / {ppo.get('backend')} / {ppo.get('device')} {ppo.get('gpu_name') or ''}"),
+            ),
             ("final mean return / target", _join(ppo.get("final_mean_return"), ppo.get("target_return"))),
             ("env steps / seconds to target", _join(ppo.get("steps_to_target"), ppo.get("seconds_to_target"))),
-            ("SPS end to end / rollout / update", _join(ppo.get("sps_end_to_end"), ppo.get("sps_rollout"), ppo.get("sps_update"))),
+            (
+                "SPS end to end / rollout / update",
+                _join(ppo.get("sps_end_to_end"), ppo.get("sps_rollout"), ppo.get("sps_update")),
+            ),
             ("GPU/CPU ratio (end-to-end SPS)", _e(validation.get("gpu_cpu_sps_ratio") or "n/a (no GPU)")),
-        ]) + "</table>")  # fmt: skip
+        ]
+        parts.append("<table id='ppo'>" + _rows(ppo_rows) + "</table>")
         if (run_dir / "ppo" / "learning_curve.png").exists():
             parts.append("<p><img id='curve' src='ppo/learning_curve.png' alt='learning curve'></p>")
     else:
         parts.append("<p>not run</p>")
     rlhf = (validation.get("proof") or {}).get("rlhf")
     if rlhf:  # the rlhf flavor's gate, beside the PPO curve
-        parts.append("<h2>RLHF gate (GRPO)</h2><table id='rlhf'>" + _rows([
+        rlhf_rows = [
             ("passed", _status("pass" if rlhf.get("passed") else "fail")),
             ("mean reward, first / last window", _join(rlhf.get("first_window_mean"), rlhf.get("last_window_mean"))),
             ("gain / required", _join(rlhf.get("gain"), rlhf.get("min_gain"))),
             ("failure", _e(rlhf.get("failure") or "none")),
-        ]) + "</table>")  # fmt: skip
+        ]
+        parts.append("<h2>RLHF gate (GRPO)</h2><table id='rlhf'>" + _rows(rlhf_rows) + "</table>")
         if (run_dir / "rlhf" / "reward_curve.png").exists():
             parts.append("<p><img id='reward-curve' src='rlhf/reward_curve.png' alt='reward curve'></p>")
     hygiene = validation.get("hygiene")
     parts.append("<h2>Hygiene scan</h2>")
-    parts.append("<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>" if hygiene == [] else
-                 "<ul>" + "".join(f"<li class='fail'>{_e(f)}</li>" for f in hygiene or []) + "</ul>" if hygiene else "<p>not run</p>")  # fmt: skip
+    parts.append(
+        "<p class='pass'>clean: no keys, tokens, build CA, .git or pip caches</p>"
+        if hygiene == []
+        else "<ul>" + "".join(f"<li class='fail'>{_e(f)}</li>" for f in hygiene or []) + "</ul>"
+        if hygiene
+        else "<p>not run</p>"
+    )
     sbom = validation.get("sbom")
     parts.append("<h2>SBOM</h2>" + (f"<pre>{_e(json.dumps(sbom, indent=1))}</pre>" if sbom else "<p>not produced</p>"))
     parts.append("<h2>Vulnerability audit</h2>" + _audit_section(validation.get("audit")))

@@ -117,9 +117,13 @@ def _index_args(variant: Variant) -> list[str]:
 
 def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> str:
     parts = [
-        requirements_in(variant), variant.index, variant.python, wheel_platform(platform), matrix.resolved_before,
+        requirements_in(variant),
+        variant.index,
+        variant.python,
+        wheel_platform(platform),
+        matrix.resolved_before,
         repr(layers(variant)),
-    ]  # fmt: skip
+    ]
     if variant.flavored:  # a flavor resolves against its base's lock: a new base lock makes it stale
         parts.append(repr(sorted(base_pins(variant, root, platform).items())))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -146,12 +150,9 @@ def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str
             base = base_pins(variant, platform=platform)
             (Path(tmp) / "base.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(base.items())))
             constraints = ["-c", "base.txt"]
-        argv = [
-            _uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header",
-            "--generate-hashes", *_index_args(variant),
-            "--python-version", variant.python, "--python-platform", wheel_platform(platform),
-            "--exclude-newer", matrix.resolved_before, *constraints, src.name,
-        ]  # fmt: skip
+        argv = [_uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header", "--generate-hashes"]
+        argv += [*_index_args(variant), "--python-version", variant.python, "--python-platform", wheel_platform(platform)]
+        argv += ["--exclude-newer", matrix.resolved_before, *constraints, src.name]
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=600, cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"}
         )

@@ -51,10 +51,18 @@ def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -
     ppo = validation.get("ppo") or {}
     advisories = (proof.get("advisories") or {}).get("summary", "")
     return LineResult(
-        line=variant.name, torch=variant.torch, cuda=variant.cuda, builds_from=variant.builds_from, status=status,
-        detail=detail, size_gb=round(size / 1e9, 2) if size else None, build_seconds=report.get("build_seconds"),
-        proof_seconds=proof.get("seconds"), ppo_gate_seconds=ppo.get("wall_seconds"), advisories=advisories,
-    )  # fmt: skip
+        line=variant.name,
+        torch=variant.torch,
+        cuda=variant.cuda,
+        builds_from=variant.builds_from,
+        status=status,
+        detail=detail,
+        size_gb=round(size / 1e9, 2) if size else None,
+        build_seconds=report.get("build_seconds"),
+        proof_seconds=proof.get("seconds"),
+        ppo_gate_seconds=ppo.get("wall_seconds"),
+        advisories=advisories,
+    )
 
 
 def _latest_report(report_dir: Path, variant: Variant) -> dict | None:

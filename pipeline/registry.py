@@ -73,11 +73,19 @@ def push_sbom(ref: str, image_tag: str, image_digest: str, sbom_path) -> dict:
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "artifactType": "application/vnd.cyclonedx+json",
             "config": {"mediaType": "application/vnd.oci.empty.v1+json", **empty},
-            "layers": [{"mediaType": "application/vnd.cyclonedx+json", **layer,
-                        "annotations": {"org.opencontainers.image.title": sbom_path.name}}],
-            "subject": {"mediaType": image.headers.get("Content-Type", "application/vnd.docker.distribution.manifest.v2+json"),
-                        "digest": image_digest, "size": len(image.content)},
-        }  # fmt: skip
+            "layers": [
+                {
+                    "mediaType": "application/vnd.cyclonedx+json",
+                    **layer,
+                    "annotations": {"org.opencontainers.image.title": sbom_path.name},
+                }
+            ],
+            "subject": {
+                "mediaType": image.headers.get("Content-Type", "application/vnd.docker.distribution.manifest.v2+json"),
+                "digest": image_digest,
+                "size": len(image.content),
+            },
+        }
         tag = image_digest.replace(":", "-") + ".sbom"
         put = requests.put(
             f"{base}/{repo}/manifests/{tag}",

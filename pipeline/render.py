@@ -207,10 +207,12 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
     }
     if variant.flavored:
         values.update(
-            FLAVOR=variant.flavor, DESCRIPTION=variant.note, FLAVOR_LAYER=flavor_layer(matrix, variant),
+            FLAVOR=variant.flavor,
+            DESCRIPTION=variant.note,
+            FLAVOR_LAYER=flavor_layer(matrix, variant),
             LOCK=f"{lock_folder(variant)}/{layers(variant)[0][0]}",
             ARCH_ARG="ARG TARGETARCH\n" if variant.multi_arch else "",
-        )  # fmt: skip
+        )
     else:
         values["PIP_LAYERS"] = pip_layers(matrix, variant)
     return values

@@ -63,9 +63,15 @@ class Target:
     def write_report(self, validated_id: str, validation: Validation, **fields) -> Path:
         """(Re)write this build's report; `fields` are write_report's per-stage ones."""
         return write_report(
-            self.report_path, variant=self.variant, image_id=validated_id, build_seconds=self.build_seconds,
-            created=self.created, revision=self.revision, validation=validation, **fields,
-        )  # fmt: skip
+            self.report_path,
+            variant=self.variant,
+            image_id=validated_id,
+            build_seconds=self.build_seconds,
+            created=self.created,
+            revision=self.revision,
+            validation=validation,
+            **fields,
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,11 @@ class Pushed:
 
     def as_dict(self) -> dict:
         return {
-            "refs": self.refs, "sbom": self.sbom, "compressed_bytes": self.compressed_bytes, "held_tags": list(self.held_tags),
-        }  # fmt: skip
+            "refs": self.refs,
+            "sbom": self.sbom,
+            "compressed_bytes": self.compressed_bytes,
+            "held_tags": list(self.held_tags),
+        }
 
 
 @dataclass(frozen=True)
@@ -110,8 +119,11 @@ def git_revision(root: Path = REPO_ROOT) -> str:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "nogit"
     return f"{rev}-dirty" if dirty else rev
@@ -171,8 +183,10 @@ def check_platforms(config: BuildConfig) -> None:
         raise UsageError("--compression zstd/both is for one platform at a time; push the multi-arch index in gzip")
     for platform in config.platforms:
         if platform != host_platform() and (why := emulation_problem(platform)):
-            raise UsageError(f"--platform {platform} on this {host_platform()} host needs emulation: {why}; "
-                             "run `sudo bash scripts/prepare-host.sh --arm64`")  # fmt: skip
+            raise UsageError(
+                f"--platform {platform} on this {host_platform()} host needs emulation: {why}; "
+                "run `sudo bash scripts/prepare-host.sh --arm64`"
+            )
 
 
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
@@ -198,9 +212,16 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     """Validate the untagged image; stamp and tag it only when every check passed."""
     variant = target.variant
     request = validate.Request(
-        client, image_id, variant, gpus, target.run_dir, target.ca_cert, target.advisories,
-        platform=target.platform, emulated=target.platform != host_platform(),
-    )  # fmt: skip
+        client,
+        image_id,
+        variant,
+        gpus,
+        target.run_dir,
+        target.ca_cert,
+        target.advisories,
+        platform=target.platform,
+        emulated=target.platform != host_platform(),
+    )
     validation = validate.validate_image(request)
     try:
         validate.require_valid(validation, target.report_path)
@@ -263,8 +284,16 @@ def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
     return f"{ref}:{tag}"
 
 
-def build_and_validate(client, cli, config: BuildConfig, platform: str, run_dir: Path, args: dict[str, str], gpus: int,
-                       when: tuple[dt.datetime, str, str]) -> tuple[Target, Tagged]:  # fmt: skip
+def build_and_validate(
+    client,
+    cli,
+    config: BuildConfig,
+    platform: str,
+    run_dir: Path,
+    args: dict[str, str],
+    gpus: int,
+    when: tuple[dt.datetime, str, str],
+) -> tuple[Target, Tagged]:
     """Build the line for one platform, validate it (under emulation where it is not the host's), stamp and tag it."""
     variant = config.variant
     now, created, revision = when
@@ -311,11 +340,16 @@ def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms
         "index": index,
         "held_tags": first.line_tags[1:] if hold else [],
         "children": [
-            {"platform": c.platform, "tag": c.tag, "digest": c.digest, "stamped_image_id": c.image_id,
-             "validated_on": results[c.platform][1].validation.validated_on}
+            {
+                "platform": c.platform,
+                "tag": c.tag,
+                "digest": c.digest,
+                "stamped_image_id": c.image_id,
+                "validated_on": results[c.platform][1].validation.validated_on,
+            }
             for c in ordered
         ],
-    }  # fmt: skip
+    }
     (first_target.run_dir.parent / "index.json").write_text(json.dumps(record, indent=2) + "\n")
     return index
 

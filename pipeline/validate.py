@@ -248,9 +248,16 @@ def proof(req: Request, found: Findings) -> list[str]:
     command = proof_command(require_gpu=gpu)
     print(f"==> proof: {' '.join(command)}", flush=True)
     done = run_in_image(
-        req.client, req.image_id, command, timeout_s=PROOF_TIMEOUT_S * req.time_scale, gpus=req.gpus, shm_size="2g",
-        stream=True, fetch=OUT, what="the proof",
-    )  # fmt: skip
+        req.client,
+        req.image_id,
+        command,
+        timeout_s=PROOF_TIMEOUT_S * req.time_scale,
+        gpus=req.gpus,
+        shm_size="2g",
+        stream=True,
+        fetch=OUT,
+        what="the proof",
+    )
     print(
         f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),
         flush=True,

@@ -212,10 +212,16 @@ class Matrix:
                 f"add the line to [flavors.{flavor}] lines and run `build.py lock --flavor {flavor}` where its index is reachable"
             )
         return dataclasses.replace(
-            variant, name=f"{variant.name}-{flavor}", flavor=flavor, base_name=variant.name, is_default=False,
+            variant,
+            name=f"{variant.name}-{flavor}",
+            flavor=flavor,
+            base_name=variant.name,
+            is_default=False,
             size_budget_gb=variant.size_budget_gb + found.size_budget_extra_gb,
-            flavor_packages=found.packages, flavor_gate=found.gate, note=found.description,
-        )  # fmt: skip
+            flavor_packages=found.packages,
+            flavor_gate=found.gate,
+            note=found.description,
+        )
 
     def flavored_variants(self) -> list[Variant]:
         """Every (line, flavor) pair the matrix lists, flavors only."""

@@ -74,8 +74,11 @@ def _use_exact_config(layout: Path, config: bytes) -> None:
     manifest = json.loads((blobs / entry["digest"].split(":", 1)[1]).read_bytes())
     config_hex = hashlib.sha256(config).hexdigest()
     (blobs / config_hex).write_bytes(config)
-    manifest["config"] = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": f"sha256:{config_hex}",
-                          "size": len(config)}  # fmt: skip
+    manifest["config"] = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        "digest": f"sha256:{config_hex}",
+        "size": len(config),
+    }
     data = json.dumps(manifest, separators=(",", ":")).encode()
     manifest_hex = hashlib.sha256(data).hexdigest()
     (blobs / manifest_hex).write_bytes(data)
@@ -85,8 +88,9 @@ def _use_exact_config(layout: Path, config: bytes) -> None:
 
 def _skopeo_copy(args: list[str], what: str, start: float) -> None:
     """Run `skopeo copy ARGS`, streaming its blob lines; one-line PushFailed when it fails."""
-    proc = subprocess.Popen([skopeo(), "copy", "--retry-times", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [skopeo(), "copy", "--retry-times", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     tail: list[str] = []
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -123,18 +127,18 @@ def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pus
     dest = [f"docker://{ref}:{tag}", *_tls_args(ref, "--dest-tls-verify")]
     with tempfile.TemporaryDirectory(prefix="proven-torch-zstd-") as tmp:
         digest_file = Path(tmp) / "digest"
+        keep_digests = ["--preserve-digests", "--digestfile", str(digest_file)]
         if pushed_digest:
-            _skopeo_copy(["--preserve-digests", "--digestfile", str(digest_file), *_tls_args(ref, "--src-tls-verify"),
-                          f"docker://{ref}@{pushed_digest}", *dest], f"{ref}:{tag}", start)  # fmt: skip
+            source = [*_tls_args(ref, "--src-tls-verify"), f"docker://{ref}@{pushed_digest}"]
+            _skopeo_copy([*keep_digests, *source, *dest], f"{ref}:{tag}", start)
         else:
             layout = Path(tmp) / "layout"
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # read the config while skopeo compresses
                 config = pool.submit(exact_config, client, image_id)
-                _skopeo_copy(["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL),
-                              f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)  # fmt: skip
+                zstd = ["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL)]
+                _skopeo_copy([*zstd, f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)
                 _use_exact_config(layout, config.result())
-            _skopeo_copy(["--preserve-digests", "--digestfile", str(digest_file), f"oci:{layout}:image", *dest],
-                         f"{ref}:{tag}", start)  # fmt: skip
+            _skopeo_copy([*keep_digests, f"oci:{layout}:image", *dest], f"{ref}:{tag}", start)
         digest = digest_file.read_text().strip()
     check_zstd_manifest(client, image_id, ref, digest)
     print(f"==> pushed {ref}:{tag} ({digest}, zstd) in {time.monotonic() - start:.0f}s", flush=True)
@@ -146,8 +150,9 @@ def check_zstd_manifest(client, image_id: str, ref: str, digest: str) -> None:
     tls = _tls_args(ref, "--tls-verify")
 
     def inspect(*what: str) -> dict:
-        done = subprocess.run([skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"], capture_output=True, text=True, timeout=300
+        )
         if done.returncode != 0:
             raise PushFailed(f"cannot read back {ref}@{digest}: {done.stderr.strip()[:200]}")
         return json.loads(done.stdout)

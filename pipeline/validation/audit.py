@@ -72,11 +72,16 @@ def load_allowlist(path: Path = ALLOWLIST_PATH, today: dt.date | None = None) ->
         data = tomllib.loads(path.read_text())
         entries = [
             Allowed(
-                id=e["id"], package=normalize_name(e["package"]), reason=e["reason"], expires=e["expires"],
-                versions=tuple(e.get("versions", ())), affects=e.get("affects", ""), fixed=e.get("fixed", ""),
+                id=e["id"],
+                package=normalize_name(e["package"]),
+                reason=e["reason"],
+                expires=e["expires"],
+                versions=tuple(e.get("versions", ())),
+                affects=e.get("affects", ""),
+                fixed=e.get("fixed", ""),
             )
             for e in data.get("allow", [])
-        ]  # fmt: skip
+        ]
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as err:
         raise UsageError(f"{path}: each [[allow]] needs id, package, reason and expires (a date): {err}") from None
     today = today or dt.date.today()

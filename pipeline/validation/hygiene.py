@@ -57,9 +57,15 @@ def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 6
     """Every finding, one line each (empty list: clean)."""
     markers = [f"--ca-marker={m}" for m in ca_markers(ca_cert)]
     done = run_in_image(
-        client, image_id, [SCANNER, *markers], entrypoint=["python3"], user="0", network=False,
-        timeout_s=timeout_s, what="the hygiene scan",
-    )  # fmt: skip
+        client,
+        image_id,
+        [SCANNER, *markers],
+        entrypoint=["python3"],
+        user="0",
+        network=False,
+        timeout_s=timeout_s,
+        what="the hygiene scan",
+    )
     if done.exit_code != 0:
         return [f"the hygiene scan itself failed (exit {done.exit_code}): {(done.stdout + done.stderr)[-300:]}"]
     return json.loads(done.stdout.strip().splitlines()[-1]) + history_findings(client, image_id)

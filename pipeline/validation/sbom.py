@@ -39,20 +39,29 @@ def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str)
     for pkg in sorted(inventory["python"], key=lambda p: p["name"].lower()):
         bom.components.add(
             Component(
-                name=pkg["name"], version=pkg["version"], type=ComponentType.LIBRARY,
+                name=pkg["name"],
+                version=pkg["version"],
+                type=ComponentType.LIBRARY,
                 purl=PackageURL("pypi", name=pkg["name"].lower(), version=pkg["version"]),
                 bom_ref=f"pypi:{pkg['name'].lower()}@{pkg['version']}",
             )
-        )  # fmt: skip
+        )
     for deb in sorted(inventory["debian"], key=lambda d: d["name"]):
         bom.components.add(
             Component(
-                name=deb["name"], version=deb["version"], type=ComponentType.LIBRARY,
-                purl=PackageURL("deb", namespace="debian", name=deb["name"], version=deb["version"],
-                                qualifiers={"arch": deb["arch"], "distro": f"debian-{base_suite}"}),
+                name=deb["name"],
+                version=deb["version"],
+                type=ComponentType.LIBRARY,
+                purl=PackageURL(
+                    "deb",
+                    namespace="debian",
+                    name=deb["name"],
+                    version=deb["version"],
+                    qualifiers={"arch": deb["arch"], "distro": f"debian-{base_suite}"},
+                ),
                 bom_ref=f"deb:{deb['name']}@{deb['version']}",
             )
-        )  # fmt: skip
+        )
     bom.register_dependency(bom.metadata.component, list(bom.components))
     return JsonV1Dot6(bom).output_as_string(indent=2)
 
