@@ -75,8 +75,9 @@ class Registry:
             f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / f'data-{self.port}'}\n"
             f"http:\n  addr: {self.host}\n"
         )
-        self.proc = subprocess.Popen([shutil.which("docker-registry"), "serve", str(config)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [shutil.which("docker-registry"), "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         for _ in range(100):
             try:
                 if requests.get(f"http://{self.host}/v2/", timeout=1).ok:
@@ -98,8 +99,12 @@ class Registry:
 
 def layer_stats(manifest: dict) -> dict:
     sizes = [int(layer["size"]) for layer in manifest["layers"]]
-    return {"compressed_bytes": sum(sizes), "largest_layer_bytes": max(sizes), "layers": len(sizes),
-            "media_type": manifest["layers"][0]["mediaType"]}  # fmt: skip
+    return {
+        "compressed_bytes": sum(sizes),
+        "largest_layer_bytes": max(sizes),
+        "layers": len(sizes),
+        "media_type": manifest["layers"][0]["mediaType"],
+    }
 
 
 def ctr(namespace: str, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -110,8 +115,9 @@ def ctr_cold_pull(ref: str) -> float:
     """Seconds for containerd to pull and unpack `ref` into a namespace of its own, emptied after."""
     namespace = f"bench-{os.getpid()}-{int(time.time())}"
     try:
-        seconds, done = timed(["ctr", "--address", CONTAINERD, "-n", namespace, "images", "pull", "--plain-http", ref],
-                              timeout=1800)  # fmt: skip
+        seconds, done = timed(
+            ["ctr", "--address", CONTAINERD, "-n", namespace, "images", "pull", "--plain-http", ref], timeout=1800
+        )
         if done.returncode != 0:
             raise SystemExit(f"ctr pull {ref} failed: {done.stderr.strip()[-300:]}")
         return seconds
@@ -133,11 +139,12 @@ class SecondDocker:
         found = re.search(r"inet (\S+)", run(["ip", "-4", "addr", "show", "docker0"]).stdout)
         self.bridge = found.group(1) if found else None
         self.socket = f"unix://{root}/docker.sock"
+        dirs = ["--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(root / "pid")]
         self.proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"), "--pidfile", str(root / "pid"),
-             "-H", self.socket, "--bridge=none", "--iptables=false", "--ip-masq=false"],
-            stdout=open(root / "dockerd.log", "w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            ["dockerd", *dirs, "-H", self.socket, "--bridge=none", "--iptables=false", "--ip-masq=false"],
+            stdout=open(root / "dockerd.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
         for _ in range(120):
             if run([DOCKER, "-H", self.socket, "info"], timeout=10).returncode == 0:
                 return
@@ -251,9 +258,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--image", default=f"{matrix.name}:{default.name}", help="local image to measure (default: %(default)s)")
     parser.add_argument(
-        "--no-docker-pull", dest="docker_pull", action="store_false",
+        "--no-docker-pull",
+        dest="docker_pull",
+        action="store_false",
         help="skip the second dockerd (its exit takes docker0 away for a moment: not while other containers run)",
-    )  # fmt: skip
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "evidence" / "transport-benchmark.json")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -284,8 +293,13 @@ def main() -> int:
         "code-only re-push < 10 MB": zs["repush_after_one_file_change_bytes"] < 10e6,
     }
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "unknown")
-    result["machine"] = {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
-                         "date": time.strftime("%Y-%m-%d"), "skopeo": run(["skopeo", "--version"]).stdout.strip()}  # fmt: skip
+    result["machine"] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "system": platform.platform(),
+        "date": time.strftime("%Y-%m-%d"),
+        "skopeo": run(["skopeo", "--version"]).stdout.strip(),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -55,11 +55,9 @@ def _two_gpus(docker, image) -> None:
 def test_two_ranks_on_two_gpus_stay_identical(docker, image, options):
     """Each rank on its own GPU, NCCL between them: both finish with identical weights (and equal loss scales)."""
     _two_gpus(docker, image)
-    command = [
-        "torchrun", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "29512",
-        "-m", "ppo_bench", "--device", "cuda", "--num-envs", "1024", "--num-steps", "16", "--target-kl", "0.01",
-        "--total-timesteps", str(2 * 1024 * 16 * 20), "--out-dir", "/tmp/validation", "--no-progress", *options,
-    ]  # fmt: skip
+    command = ["torchrun", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "29512", "-m", "ppo_bench"]
+    command += ["--device", "cuda", "--num-envs", "1024", "--num-steps", "16", "--target-kl", "0.01"]
+    command += ["--total-timesteps", str(2 * 1024 * 16 * 20), "--out-dir", "/tmp/validation", "--no-progress", *options]
     done = run_in_image(docker, image, command, timeout_s=900, gpus=1, shm_size="2g", fetch="/tmp/validation")
     assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
     import io

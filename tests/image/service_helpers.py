@@ -57,7 +57,7 @@ def client_options(key: Path | None, known_hosts: Path, options: tuple[str, ...]
         "-o", "IdentitiesOnly=yes",
         "-o", "IdentityAgent=none",
         "-o", "LogLevel=ERROR",
-    ]  # fmt: skip
+    ]  # fmt: skip # an option and its value a line
     if key is not None:
         argv += ["-i", str(key)]
     return argv

@@ -21,11 +21,21 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 def chromium(profile, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     argv = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,800",
-        "--virtual-time-budget=15000", *args,
-    ]  # fmt: skip
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,800",
+        "--virtual-time-budget=15000",
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -94,11 +104,9 @@ def test_tensorboard_opens_under_8888_and_shows_the_ppo_gates_scalars(lab, tmp_p
     """TensorBoard as a browser sees it at /tensorboard/ (the token in the URL, as the Lab's
     launcher passes it), with the scalars a short PPO run wrote into /workspace."""
     need_chromium()
-    code, output = lab.exec(
-        ["python", "-m", "ppo_bench", "--device", "cpu", "--seed", "1", "--total-timesteps", "4096", "--num-envs", "8",
-         "--num-steps", "64", "--threads", "1", "--no-progress", "--out-dir", "/workspace/runs/ppo-browser"],
-        timeout=300,
-    )  # fmt: skip
+    command = ["python", "-m", "ppo_bench", "--device", "cpu", "--seed", "1", "--total-timesteps", "4096", "--num-envs", "8"]
+    command += ["--num-steps", "64", "--threads", "1", "--no-progress", "--out-dir", "/workspace/runs/ppo-browser"]
+    code, output = lab.exec(command, timeout=300)
     assert code in (0, 3), output[-2000:]  # 3: below target (a short run is); its scalars are written
     url = f"http://127.0.0.1:{lab.ports[8888]}/tensorboard/?token={TOKEN}#timeseries"
     result = chromium(tmp_path / "profile", "--virtual-time-budget=30000", "--dump-dom", url, timeout=180)

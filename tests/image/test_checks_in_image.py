@@ -105,11 +105,9 @@ def test_smoke_require_gpu_turns_every_gpu_check_into_a_failure(docker, image):
 def test_gymnasium_backend_solves_cartpole_and_writes_its_outputs(docker, image, variant):
     """The path users take: gymnasium vector envs (CleanRL's defaults), on the CPU."""
     gate = variant.ppo_gate
-    command = [
-        "python", "-m", "ppo_bench", "--backend", "gymnasium", "--env-id", gate.env_id, "--seed", str(gate.seed),
-        "--total-timesteps", "500000", "--target-return", str(gate.target_return), "--device", "cpu",
-        "--out-dir", f"{OUT}/ppo", "--stop-at-target", "--fail-below-target", "--no-progress",
-    ]  # fmt: skip
+    command = ["python", "-m", "ppo_bench", "--backend", "gymnasium", "--env-id", gate.env_id, "--seed", str(gate.seed)]
+    command += ["--total-timesteps", "500000", "--target-return", str(gate.target_return), "--device", "cpu"]
+    command += ["--out-dir", f"{OUT}/ppo", "--stop-at-target", "--fail-below-target", "--no-progress"]
     step = run(docker, image, command)
     result = json.loads(step.files["ppo/result.json"])
     assert step.exit_code == 0, result
@@ -121,9 +119,13 @@ def test_gymnasium_backend_solves_cartpole_and_writes_its_outputs(docker, image,
 def _pip_fails(docker, image, *args, env=None) -> str:
     """Run `pip install --no-index ARGS` in a container (no network); it must fail. Its output."""
     container = docker.containers.run(
-        image, ["pip", "install", "--no-index", *args], network_disabled=True, environment=env or {},
-        detach=True, labels={"io.proven-torch.role": "test"},
-    )  # fmt: skip
+        image,
+        ["pip", "install", "--no-index", *args],
+        network_disabled=True,
+        environment=env or {},
+        detach=True,
+        labels={"io.proven-torch.role": "test"},
+    )
     try:
         assert container.wait(timeout=120)["StatusCode"] != 0
         return container.logs(stdout=True, stderr=True).decode(errors="replace")

@@ -39,19 +39,23 @@ def network(docker):
 
 
 def torchrun(job: str, *worker: str, restarts: int = 0) -> list[str]:
-    return [
-        "torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--max-restarts", str(restarts),
-        "--rdzv-endpoint", f"node0-{job}:{PORT}", "--rdzv-id", job, *worker,
-    ]  # fmt: skip
+    launch = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--max-restarts", str(restarts)]
+    return ["torchrun", *launch, "--rdzv-endpoint", f"node0-{job}:{PORT}", "--rdzv-id", job, *worker]
 
 
 def start_nodes(docker, image, network: str, job: str, *worker: str, restarts: int = 0) -> list[TrackedContainer]:
     nodes = []
     for index in range(2):
         node = TrackedContainer(
-            docker, image, command=torchrun(job, *worker, restarts=restarts), name=f"node{index}-{job}", hostname=f"node{index}-{job}",
-            network=network, environment=ENV, shm_size="256m",
-        )  # fmt: skip
+            docker,
+            image,
+            command=torchrun(job, *worker, restarts=restarts),
+            name=f"node{index}-{job}",
+            hostname=f"node{index}-{job}",
+            network=network,
+            environment=ENV,
+            shm_size="256m",
+        )
         nodes.append(node.start())
     return nodes
 

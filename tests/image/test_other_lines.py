@@ -35,9 +35,9 @@ def line(request, docker, matrix, tmp_path_factory):
     variant = chosen(matrix, request.param)
     reports = tmp_path_factory.mktemp(f"reports-{variant.name}")
     ca = ca_cert()
-    argv = [sys.executable, str(REPO_ROOT / "build.py"), "--cuda", variant.cuda, "--push", "--registry", REGISTRY,
-            "--repo", "proven-torch-test", "--allow-cpu-validation", "--report-dir", str(reports),
-            *(["--ca-cert", str(ca)] if ca else [])]  # fmt: skip
+    argv = [sys.executable, str(REPO_ROOT / "build.py"), "--cuda", variant.cuda, "--push", "--registry", REGISTRY]
+    argv += ["--repo", "proven-torch-test", "--allow-cpu-validation", "--report-dir", str(reports)]
+    argv += ["--ca-cert", str(ca)] if ca else []
     done = subprocess.run(argv, capture_output=True, text=True, timeout=3000, cwd=REPO_ROOT, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     # a multi-arch line keeps one report per architecture (here amd64 alone: the default --platform)

@@ -113,11 +113,15 @@ def test_label_says_gpu_validation_false(docker, run_result):
 @pytest.mark.parametrize(
     "key",
     [
-        "org.opencontainers.image.source", "org.opencontainers.image.revision", "org.opencontainers.image.version",
-        "org.opencontainers.image.created", "org.opencontainers.image.title", "org.opencontainers.image.description",
+        "org.opencontainers.image.source",
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.created",
+        "org.opencontainers.image.title",
+        "org.opencontainers.image.description",
         "org.opencontainers.image.licenses",
     ],
-)  # fmt: skip
+)
 def test_oci_label_present(docker, run_result, key):
     value = docker.images.get(run_result.stamped_id).labels.get(key)
     assert value and value != "unknown"
@@ -275,8 +279,11 @@ def test_a_line_behind_an_unreachable_index_is_refused_at_once_naming_what_build
     start = time.monotonic()
     result = subprocess.run(
         _build_py("--cuda", "12.1", "--torch", "2.5", "--report-dir", str(tmp_path)),
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 4, result.stderr
     assert time.monotonic() - start < 120  # refused, not built
     assert behind.note in result.stdout and "==> build " not in result.stdout
@@ -292,9 +299,13 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp
     # started with `&` by a non-interactive shell ignores SIGINT, and so would build.py).
     proc = subprocess.Popen(
         _build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 120
     for line in proc.stdout:
         if f"==> build {variant.name}" in line or time.monotonic() > deadline:
@@ -359,10 +370,16 @@ def _chromium(*args: str, tmp_path) -> str:
     exe = shutil.which("chromium")
     assert exe, "Debian's chromium is needed (scripts/prepare-host.sh --test-tools installs it)"
     flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
         f"--user-data-dir={tmp_path / 'chromium'}",
-    ]  # fmt: skip
+    ]
     return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120).stdout
 
 
@@ -429,10 +446,12 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     db.mkdir()
     version = dict(variant.packages)["tqdm"]
     record = {
-        "id": "GHSA-test-0000-0000", "aliases": ["CVE-0000-0001"], "summary": "fixture advisory",
+        "id": "GHSA-test-0000-0000",
+        "aliases": ["CVE-0000-0001"],
+        "summary": "fixture advisory",
         "affected": [{"package": {"ecosystem": "PyPI", "name": "tqdm"}, "versions": [version]}],
         "database_specific": {"severity": "HIGH"},
-    }  # fmt: skip
+    }
     (db / "GHSA-test.json").write_text(json.dumps(record))
     target = dataclasses.replace(_target(variant, tmp_path / "run"), advisories=db)
     (tmp_path / "run").mkdir()
@@ -507,10 +526,17 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
 
     v = report["validation"]
     validation = Validation(
-        ok=v["ok"], gpu=v["gpu"], seconds=v["seconds"], failures=tuple(v["failures"]), hygiene=tuple(v["hygiene"]),
-        stages=tuple((s["name"], s["status"]) for s in v["stages"]), size=v["size"], sbom=v["sbom"], audit=v["audit"],
+        ok=v["ok"],
+        gpu=v["gpu"],
+        seconds=v["seconds"],
+        failures=tuple(v["failures"]),
+        hygiene=tuple(v["hygiene"]),
+        stages=tuple((s["name"], s["status"]) for s in v["stages"]),
+        size=v["size"],
+        sbom=v["sbom"],
+        audit=v["audit"],
         proof={**v["proof"], "smoke": v["smoke"], "ppo": v["ppo"]},
-    )  # fmt: skip
+    )
     shutil.copy(run_result.report_path.with_name(v["sbom"]["file"]), tmp_path / v["sbom"]["file"])
     variant = next(v for v in load_matrix().variants if v.is_default)
     ref = f"{REGISTRY}/proven-torch-test-held"

@@ -77,9 +77,17 @@ def test_apptainer_like_exec_runs_the_proof(docker, image, tmp_path):
     home.mkdir(mode=0o777)
     home.chmod(0o777)
     code, logs = run_command(
-        docker, image, [], timeout=600, entrypoint=["proof"], user="4321:4321", read_only=True, tmpfs=EXEC_TMP, shm_size="1g",
+        docker,
+        image,
+        [],
+        timeout=600,
+        entrypoint=["proof"],
+        user="4321:4321",
+        read_only=True,
+        tmpfs=EXEC_TMP,
+        shm_size="1g",
         volumes={str(home): {"bind": "/home/caller", "mode": "rw"}},
         environment={"HOME": "/home/caller", "USER": "caller", "LOGNAME": "caller"},
-    )  # fmt: skip
+    )
     assert code == 0, logs[-3000:]
     assert "proof: PROVEN on the CPU only" in logs

@@ -36,9 +36,15 @@ def rlhf_run(docker, matrix, rlhf, pipeline_run, tmp_path_factory):
     if pipeline_run is None:
         pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
     config = BuildConfig(
-        matrix=matrix, variant=rlhf, push=True, registry=REGISTRY, repo=REPO, ca_cert=ca_cert(),
-        allow_cpu_validation=True, report_dir=tmp_path_factory.mktemp("rlhf-reports"),
-    )  # fmt: skip
+        matrix=matrix,
+        variant=rlhf,
+        push=True,
+        registry=REGISTRY,
+        repo=REPO,
+        ca_cert=ca_cert(),
+        allow_cpu_validation=True,
+        report_dir=tmp_path_factory.mktemp("rlhf-reports"),
+    )
     return run(config)
 
 
@@ -88,8 +94,15 @@ def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
     image, _ = docker.images.build(fileobj=context, custom_context=True, rm=True, labels={"io.proven-torch.role": "test"})
-    target = Target(variant=frozen, run_dir=tmp_path, ref="proven-torch-test-bad", date="20000101", created="test",
-                    revision="test", ca_cert=ca_cert())  # fmt: skip
+    target = Target(
+        variant=frozen,
+        run_dir=tmp_path,
+        ref="proven-torch-test-bad",
+        date="20000101",
+        created="test",
+        revision="test",
+        ca_cert=ca_cert(),
+    )
     try:
         with pytest.raises(ValidationFailed, match="RLHF gate"):
             validate_and_tag(docker, image.id, 0, target)
@@ -102,9 +115,13 @@ def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
 @pytest.mark.parametrize("notebook", ["ppo-cartpole.ipynb", "rlhf-grpo.ipynb"])
 def test_the_example_notebooks_run_headless_in_the_image(docker, rlhf_run, notebook):
     """Each flavor's example runs top to bottom with Jupyter's own notebook client (nbclient) in the image."""
-    cmd = ["bash", "-c", f"cp /opt/proven-torch/notebooks/{notebook} /tmp/ && cd /tmp && "
-           f"jupyter execute --output=/tmp/out.ipynb {notebook} && python -c \"import json; "
-           f"nb = json.load(open('/tmp/out.ipynb')); print(sum(1 for c in nb['cells'] if c.get('outputs')))\""]  # fmt: skip
+    cmd = [
+        "bash",
+        "-c",
+        f"cp /opt/proven-torch/notebooks/{notebook} /tmp/ && cd /tmp && "
+        f'jupyter execute --output=/tmp/out.ipynb {notebook} && python -c "import json; '
+        f"nb = json.load(open('/tmp/out.ipynb')); print(sum(1 for c in nb['cells'] if c.get('outputs')))\"",
+    ]
     with TrackedContainer(docker, rlhf_run.stamped_id, command=cmd) as container:
         container.start()
         assert container.wait_exit(timeout=300) == 0, container.logs()[-3000:]

@@ -257,7 +257,7 @@ def test_the_image_holds_no_host_keys_authorized_keys_or_tokens(docker, image):
         "-name", "ssh_host_*", "-o", "-name", "authorized_keys", "-o", "-name", "authorized_keys2", "-o", "-name", ".ssh-host-keys",
         "-o", "-name", "jpserver-*", "-o", "-name", "jupyter_cookie_secret", "-o", "-name", "*.token", ")",
         "-print",
-    ]  # fmt: skip
+    ]  # fmt: skip # find's tests grouped as on a command line
     code, found = run_command(docker, image, command, user="0")
     assert (code, found) == (0, ""), found
     env = docker.images.get(image).attrs["Config"]["Env"]

@@ -198,12 +198,20 @@ def test_rsync_copies_a_directory_both_ways(box, keys, tmp_path):
     (src / "sub" / "b.bin").write_bytes(os.urandom(50_000))
     os.chmod(src / "a.txt", 0o640)
     rsh = shlex.join(["ssh", "-p", str(box[1]), *client_options(keys["key"], keys["known_hosts"])])
-    up = subprocess.run(["rsync", "-a", "-e", rsh, f"{src}/", "user@127.0.0.1:/workspace/rsync-data/"],
-                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    up = subprocess.run(
+        ["rsync", "-a", "-e", rsh, f"{src}/", "user@127.0.0.1:/workspace/rsync-data/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert up.returncode == 0, up.stderr
     back = tmp_path / "back"
-    down = subprocess.run(["rsync", "-a", "-e", rsh, "user@127.0.0.1:/workspace/rsync-data/", f"{back}/"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    down = subprocess.run(
+        ["rsync", "-a", "-e", rsh, "user@127.0.0.1:/workspace/rsync-data/", f"{back}/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert down.returncode == 0, down.stderr
     assert (back / "a.txt").read_text() == "alpha\n" and (back / "sub" / "b.bin").read_bytes() == (
         src / "sub" / "b.bin"
@@ -264,19 +272,25 @@ def test_a_forwarded_agent_lets_git_inside_use_the_users_key_and_no_key_is_store
 
 def test_jobs_outlive_the_ssh_session_and_their_output_is_there_next_login(box, keys):
     started = _ssh(
-        box, keys,
+        box,
+        keys,
         "rm -f /workspace/nohup.log /workspace/tmux.log; "
         "nohup bash -c 'sleep 4; echo nohup-done > /workspace/nohup.log' >/dev/null 2>&1 & echo $!; "
         "tmux new-session -d -s train \"bash -c 'sleep 4; echo tmux-done > /workspace/tmux.log; sleep 60'\"",
-    )  # fmt: skip
+    )
     assert started.returncode == 0, started.stderr
     pid = started.stdout.split()[0]
     alive = _ssh(box, keys, f"kill -0 {pid} && tmux has-session -t train && echo alive")  # a new session, the first is gone
     assert "alive" in alive.stdout, alive.stderr
     done = wait_until(
-        lambda: (r := _ssh(box, keys, "cat /workspace/nohup.log /workspace/tmux.log 2>/dev/null")).stdout.split() == ["nohup-done", "tmux-done"] and r,
-        30, "the jobs' output on a later login",
-    )  # fmt: skip
+        lambda: (
+            (r := _ssh(box, keys, "cat /workspace/nohup.log /workspace/tmux.log 2>/dev/null")).stdout.split()
+            == ["nohup-done", "tmux-done"]
+            and r
+        ),
+        30,
+        "the jobs' output on a later login",
+    )
     assert done.returncode == 0
     _ssh(box, keys, "tmux kill-session -t train")
 
@@ -302,11 +316,12 @@ def test_the_lab_ships_the_widget_and_proxy_extensions(box):
 
 def test_tensorboard_is_served_under_8888_with_the_token_and_shows_the_ppo_gates_scalars(box, keys):
     run = _ssh(
-        box, keys,
+        box,
+        keys,
         "python -m ppo_bench --device cpu --seed 1 --total-timesteps 8192 --num-envs 8 --num-steps 64 "
         "--threads 1 --no-progress --out-dir /workspace/runs/ppo-test",
         timeout=300,
-    )  # fmt: skip
+    )
     assert run.returncode in (0, 3), run.stderr[-2000:]  # 3: below target, which a tiny run is; its scalars are written
     base = f"http://127.0.0.1:{box[0].ports[8888]}/tensorboard"
     assert requests.get(base + "/", timeout=30, allow_redirects=False).status_code in (302, 403)  # no token: no TensorBoard

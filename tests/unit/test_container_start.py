@@ -146,8 +146,11 @@ def test_sshd_log_filter_drops_only_the_healthcheck_probe_lines():
     )
     result = subprocess.run(
         ["bash", "-c", f'source "{START_SH}"; sed -u -e "$SSHD_LOG_FILTER"'],
-        input=sshd_stderr, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        input=sshd_stderr,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.stdout.splitlines() == [
         "Server listening on 0.0.0.0 port 2222.",
         "Accepted publickey for user from 172.17.0.1 port 59456 ssh2",

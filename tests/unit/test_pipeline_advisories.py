@@ -140,6 +140,9 @@ def test_advisories_from_a_missing_path_is_one_line_and_exit_2(tmp_path):
 
     proc = subprocess.run(
         [sys.executable, "build.py", "advisories", "--from", str(tmp_path / "nope.zip")],
-        capture_output=True, text=True, check=False, cwd=advisories.REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=advisories.REPO_ROOT,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such folder or file" in proc.stderr

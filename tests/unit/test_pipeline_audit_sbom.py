@@ -316,7 +316,10 @@ def test_an_allowlist_entry_longer_than_six_months_is_refused(tmp_path):
 
 
 def test_an_entry_for_other_versions_does_not_cover_this_one():
-    record = {"id": "GHSA-1", "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"}, "versions": ["3.4.1"]}],
-              "database_specific": {"severity": "HIGH"}}  # fmt: skip
+    record = {
+        "id": "GHSA-1",
+        "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"}, "versions": ["3.4.1"]}],
+        "database_specific": {"severity": "HIGH"},
+    }
     entry = Allowed(id="GHSA-1", package="torch", reason="r", expires=dt.date(2030, 1, 1), versions=("3.3.2",))
     assert audit([{"name": "torch", "version": "3.4.1"}], [record], [entry])["status"] == "fail"

@@ -241,8 +241,12 @@ def test_push_without_gpu_needs_explicit_consent(matrix, cu128):
 def _cli(*args, env=None):
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "build.py"), *args],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_help_explains_every_flag():
@@ -383,10 +387,20 @@ def test_the_matrix_summary_is_one_row_per_line_with_what_it_measured():
     from pipeline.matrix import LineResult, markdown
 
     rows = [
-        LineResult("9.8-cu991", "9.8.1", "99.1", "PyPI alone", "proven (CPU only)", size_gb=7.8, build_seconds=250.0,
-                   proof_seconds=41.8, ppo_gate_seconds=5.4, advisories="2 high (high and critical accepted)"),
+        LineResult(
+            "9.8-cu991",
+            "9.8.1",
+            "99.1",
+            "PyPI alone",
+            "proven (CPU only)",
+            size_gb=7.8,
+            build_seconds=250.0,
+            proof_seconds=41.8,
+            ppo_gate_seconds=5.4,
+            advisories="2 high (high and critical accepted)",
+        ),
         LineResult("9.7-cu992", "9.7.1", "99.2", "PyTorch's index (x/y) and PyPI", "not buildable here", detail="x unreachable"),
-    ]  # fmt: skip
+    ]
     text = markdown(rows, "Some CPU, 2 cores", "2099-01-01").splitlines()
     assert text[0].startswith("Matrix run on Some CPU, 2 cores, 2099-01-01")
     assert "| 9.8-cu991 | 9.8.1 | 99.1 | PyPI alone | proven (CPU only) | 7.8 | 250.0 | 41.8 | 5.4 | 2 high" in text[4]
