@@ -120,28 +120,17 @@ def test_healthcheck_probes_leave_no_lines_in_the_logs(box):
     assert "Connection closed by 127.0.0.1" not in container.logs()
 
 
-def test_a_password_login_is_refused(box, keys):
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("PreferredAuthentications=password", "PubkeyAuthentication=no", "NumberOfPasswordPrompts=1"),
+        ("PreferredAuthentications=keyboard-interactive", "PubkeyAuthentication=no"),
+    ],
+    ids=["password", "keyboard-interactive"],
+)
+def test_a_login_without_the_key_is_refused(box, keys, options):
     _, port, _ = box
-    result = ssh(
-        port,
-        None,
-        keys["known_hosts"],
-        "true",
-        options=("PreferredAuthentications=password", "PubkeyAuthentication=no", "NumberOfPasswordPrompts=1"),
-    )
-    assert result.returncode == 255
-    assert "Permission denied (publickey)" in result.stderr
-
-
-def test_keyboard_interactive_is_refused(box, keys):
-    _, port, _ = box
-    result = ssh(
-        port,
-        None,
-        keys["known_hosts"],
-        "true",
-        options=("PreferredAuthentications=keyboard-interactive", "PubkeyAuthentication=no"),
-    )
+    result = ssh(port, None, keys["known_hosts"], "true", options=options)
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 

@@ -22,11 +22,6 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")
-def matrix():
-    return load_matrix()
-
-
-@pytest.fixture(scope="module")
 def cu128(matrix):
     return resolve(matrix, "12.8")
 

@@ -13,14 +13,9 @@ from pipeline.errors import UsageError
 from pipeline.lock import base_pins, is_locked, layers, lock_dir, lock_status
 from pipeline.render import dockerfile_path, every_variant, render, stale_files
 from pipeline.tags import compute_tags
-from pipeline.variants import REPO_ROOT, load_matrix, resolve
+from pipeline.variants import REPO_ROOT, resolve
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix()
 
 
 @pytest.fixture(scope="module")

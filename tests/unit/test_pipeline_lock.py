@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.lock import LAYERS, compile_lock, is_locked, lock_dir, lock_status, split_lock, wheel_platform, write_lock
 from pipeline.render import render
-from pipeline.variants import load_matrix, resolve
+from pipeline.variants import resolve
 
 pytestmark = pytest.mark.unit
 
@@ -32,11 +32,6 @@ triton==3.0.0 \\
 torchvision==0.1.0 \\
     --hash=sha256:0000
 """
-
-
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix()
 
 
 def _names(text):

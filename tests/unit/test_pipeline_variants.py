@@ -12,11 +12,6 @@ from pipeline.variants import MATRIX_PATH, load_matrix, resolve
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(scope="module")
-def matrix():
-    return load_matrix()
-
-
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
