@@ -42,6 +42,17 @@ def ca_cert() -> Path | None:
 
 
 TEST_LABELS = {"io.proven-torch.role": "test"}  # what scripts/ci-cleanup.sh removes
+# chromium as the report and browser tests start it: headless, no sandbox, no background traffic
+HEADLESS_CHROMIUM = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 @pytest.fixture(scope="module")

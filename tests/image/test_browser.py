@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from tests.image.conftest import HEADLESS_CHROMIUM
 from tests.image.service_helpers import wait_for_jupyter
 from tests.image.tracked_container import TrackedContainer
 
@@ -20,22 +21,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 
 def chromium(profile, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    argv = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,800",
-        "--virtual-time-budget=15000",
-        *args,
-    ]
+    argv = [CHROMIUM, *HEADLESS_CHROMIUM, "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,800"]
+    argv += ["--virtual-time-budget=15000", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -26,7 +26,7 @@ from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.render import dockerfile_path, spec_path
 from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
-from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
+from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, registry_manifest
 
 pytestmark = pytest.mark.image
 
@@ -369,17 +369,7 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
 def _chromium(*args: str, tmp_path) -> str:
     exe = shutil.which("chromium")
     assert exe, "Debian's chromium is needed (scripts/prepare-host.sh --test-tools installs it)"
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-    ]
+    flags = [*HEADLESS_CHROMIUM, f"--user-data-dir={tmp_path / 'chromium'}"]
     return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120).stdout
 
 
