@@ -51,6 +51,23 @@ TRITON_NOTE = "# (Triton's static CUPTI archives are dropped in the same layer: 
 TRITON_CLEANUP = " \\\n && rm -f /opt/venv/lib/python*/site-packages/triton/backends/nvidia/lib/cupti/*_static.a"
 
 
+# pip check on a multi-arch line: on aarch64 it also flags NVIDIA wheels whose WHEEL metadata
+# names the platform "manylinux2014_sbsa" (NVIDIA's name for Arm servers) where the file name
+# says aarch64, e.g. nvidia-cusparselt-cu13 0.8.0 ("is not supported on this platform"). The
+# files are the aarch64 build the lock hashes, so there, and only for nvidia-* wheels whose
+# installed WHEEL says sbsa, that message is accepted; any other finding fails the build.
+PIP_CHECK_SBSA = r"""# pip check, with NVIDIA's sbsa wheel tag accepted on aarch64 (pipeline/render.py says why).
+RUN if ! pip check >/tmp/pip-check.txt; then cat /tmp/pip-check.txt; \
+      [ "$(uname -m)" = aarch64 ] \
+      && [ "$(grep -c . /tmp/pip-check.txt)" = "$(grep -cE '^nvidia-[A-Za-z0-9-]+ [^ ]+ is not supported on this platform$' /tmp/pip-check.txt)" ] \
+      && sed -n 's/^\(nvidia-[A-Za-z0-9-]*\) .*/\1/p' /tmp/pip-check.txt >/tmp/pip-check-names.txt \
+      && while read -r name; do \
+           python3 -c 'import sys, importlib.metadata as m; sys.exit(not any(t.endswith("_sbsa") for t in m.distribution(sys.argv[1]).read_text("WHEEL").split()))' "$name" \
+             || { echo "$name: not an sbsa-tagged wheel"; exit 1; }; done </tmp/pip-check-names.txt \
+      && echo 'accepted: the sbsa tag of these NVIDIA wheels on aarch64'; fi \
+ && rm -f /tmp/pip-check.txt /tmp/pip-check-names.txt"""
+
+
 def pip_layers(matrix: Matrix, variant: Variant) -> str:
     """The Dockerfile's Python package layers: from the variant's lock when it has one."""
     indexes = " ".join(variant.index_args())
@@ -83,7 +100,8 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             "# The layers together must be a consistent set. What is installed becomes the\n"
             "# image's pip constraint: `pip install x` cannot replace torch or its CUDA\n"
             "# libraries (on purpose: `PIP_CONSTRAINT= pip install ...`, docs/using-the-image.md).\n"
-            "RUN pip check && pip freeze > /opt/proven-torch/constraints.txt\n"
+            + (PIP_CHECK_SBSA if variant.multi_arch else "RUN pip check")
+            + " && pip freeze > /opt/proven-torch/constraints.txt\n"
             "ENV PIP_CONSTRAINT=/opt/proven-torch/constraints.txt"
         )
         return "\n\n".join(out)
