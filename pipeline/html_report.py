@@ -118,7 +118,14 @@ def render_page(report: dict, run_dir: Path) -> str:
             "pushed",
             "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed",
         ),
-        ("validated on", "GPU" if report.get("gpu") else "CPU only (no GPU on the build host)"),
+        (
+            "validated on",
+            _e(validation.get("validated_on"))
+            if validation.get("validated_on")
+            else "GPU"
+            if report.get("gpu")
+            else "CPU only (no GPU on the build host)",
+        ),
         ("created / revision", f"{_e(report.get('created'))} / <code>{_e(report.get('revision'))}</code>"),
         ("build time", f"{_e(report.get('build_seconds'))} s"),
     ]
