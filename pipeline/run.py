@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import build_image, docker_env, index_push, labels, push, registry, tags, validate, zstd_push
-from pipeline.errors import PipelineError, UsageError, ValidationFailed
+from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
 from pipeline.validation import audit
@@ -382,6 +382,8 @@ def run(config: BuildConfig) -> RunResult:
         platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
         try:
             target, tagged = build_and_validate(client, cli, config, platform, platform_dir, args, gpus, (now, created, revision))
+        except Interrupted:
+            raise
         except PipelineError as err:
             if len(config.platforms) == 1:
                 raise
@@ -410,13 +412,12 @@ def run(config: BuildConfig) -> RunResult:
                 flush=True,
             )
     target, tagged = done[config.platforms[0]]
-    pushed = results.get(config.platforms[0], (None, None, None))[2]
     print(f"==> report: {target.report_path}", flush=True)
     return RunResult(
         validated_id=tagged.validated_id,
         stamped_id=tagged.stamped_id,
         tags=[f"{t.ref}:{tag}" for t, tg in done.values() for tag in tg.tags],
-        pushed={ref: digest for _, _, p in results.values() for ref, digest in p.refs.items()} if pushed else {},
+        pushed={ref: digest for _, _, p in results.values() for ref, digest in p.refs.items()},
         report_path=target.report_path,
         gpu=tagged.validation.gpu,
         index=index,
