@@ -62,7 +62,7 @@ RUN if ! pip check >/tmp/pip-check.txt; then cat /tmp/pip-check.txt; \
       && [ "$(grep -c . /tmp/pip-check.txt)" = "$(grep -cE '^nvidia-[A-Za-z0-9-]+ [^ ]+ is not supported on this platform$' /tmp/pip-check.txt)" ] \
       && sed -n 's/^\(nvidia-[A-Za-z0-9-]*\) .*/\1/p' /tmp/pip-check.txt >/tmp/pip-check-names.txt \
       && while read -r name; do \
-           python3 -c 'import sys, importlib.metadata as m; sys.exit(not any(t.endswith("_sbsa") for t in m.distribution(sys.argv[1]).read_text("WHEEL").split()))' "$name" \
+           python3 -c 'import sys, importlib.metadata as m; sys.exit("_sbsa" not in m.distribution(sys.argv[1]).read_text("WHEEL"))' "$name" \
              || { echo "$name: not an sbsa-tagged wheel"; exit 1; }; done </tmp/pip-check-names.txt \
       && echo 'accepted: the sbsa tag of these NVIDIA wheels on aarch64'; fi \
  && rm -f /tmp/pip-check.txt /tmp/pip-check-names.txt"""
