@@ -465,9 +465,10 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant
 
     from pipeline import build_image
     from pipeline.errors import BuildFailed
+    from pipeline.lock import lock_dir
 
     context = _copy_context(tmp_path / "ctx")
-    lock = context / "images" / "locks" / variant.name / "4-packages.txt"
+    lock = lock_dir(variant, context / "images" / "locks") / "4-packages.txt"
     text = lock.read_text()
     block = _re.search(r"^tqdm==.*?(?=^\S)", text, _re.M | _re.S).group(0)
     lock.write_text(text.replace(block, _re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
