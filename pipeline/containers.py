@@ -79,6 +79,7 @@ def run_in_image(
     stream: bool = False,
     fetch: str | None = None,
     what: str = "a step",
+    environment: dict[str, str] | None = None,
 ) -> Finished:
     """Run `command` in a fresh container of the image and wait for it (at most `timeout_s`).
 
@@ -96,6 +97,7 @@ def run_in_image(
         device_requests=device_requests(gpus),
         shm_size=shm_size,
         labels=ROLE_LABEL,
+        environment=environment,
     )
     timed_out = threading.Event()
 

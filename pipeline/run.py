@@ -148,6 +148,12 @@ def check_request(config: BuildConfig, gpus: int) -> None:
     if config.ca_cert is not None and not config.ca_cert.is_file():
         raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
     check_platforms(config)
+    emulated = [p for p in config.platforms if p != host_platform()]
+    if config.push and emulated and not config.allow_cpu_validation:
+        raise UsageError(
+            f"--push refused: {', '.join(emulated)} runs under emulation on this {host_platform()} host, so it can only "
+            "be validated on the CPU; add --allow-cpu-validation to push it anyway, or build it on its own hardware"
+        )
 
 
 def host_platform() -> str:
@@ -320,7 +326,8 @@ def build_and_validate(
         advisories=config.advisories,
         platform=platform,
     )
-    return target, validate_and_tag(client, built.image_id, gpus, target)
+    # An emulated image cannot reach the host's GPU: its proof runs on the CPU, said so in its labels.
+    return target, validate_and_tag(client, built.image_id, gpus if platform == host_platform() else 0, target)
 
 
 def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms: tuple[str, ...], hold: bool) -> dict[str, str]:

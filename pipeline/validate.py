@@ -25,7 +25,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.render import dockerfile_path
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
-from pipeline.variants import AMD64, Variant, arch
+from pipeline.variants import AMD64, PLATFORMS, Variant, arch
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -243,6 +243,14 @@ def proof_command(require_gpu: bool) -> list[str]:
     return ["proof", "--out", OUT] + (["--require-gpu"] if require_gpu else [])
 
 
+def emulation_env(req: Request) -> dict[str, str]:
+    """What tells `proof` it runs under emulation, whatever the qemu (8.1+ imitates the guest's /proc/cpuinfo,
+    which smoke.facts.emulation reads otherwise)."""
+    if not req.emulated:
+        return {}
+    return {"PROVEN_TORCH_EMULATED": f"{PLATFORMS[req.platform]['machine']} under emulation (qemu) on an x86_64 CPU"}
+
+
 def proof(req: Request, found: Findings) -> list[str]:
     gpu = req.gpus > 0
     command = proof_command(require_gpu=gpu)
@@ -257,6 +265,7 @@ def proof(req: Request, found: Findings) -> list[str]:
         stream=True,
         fetch=OUT,
         what="the proof",
+        environment=emulation_env(req),
     )
     print(
         f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),

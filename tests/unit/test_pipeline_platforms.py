@@ -10,7 +10,8 @@ import pytest
 
 from pipeline import index_push
 from pipeline.errors import MatrixError, PushFailed, UsageError
-from pipeline.run import BuildConfig, check_platforms, emulation_problem, host_platform
+from pipeline import run
+from pipeline.run import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -76,6 +77,17 @@ def test_zstd_is_refused_for_several_platforms(matrix):
         check_platforms(_config(matrix, multi, multi.platforms, push=True, compression="zstd"))
 
 
+def test_pushing_an_emulated_platform_needs_allow_cpu_validation_even_on_a_gpu_host(matrix, monkeypatch):
+    """Under qemu the image cannot reach the host's GPU: its proof is CPU-only, so pushing it is asked for by name."""
+    monkeypatch.setattr(run, "emulation_problem", lambda platform: None)  # qemu registered, as prepare-host does
+    multi = next(v for v in matrix.variants if v.multi_arch)
+    other = next(p for p in multi.platforms if p != host_platform())
+    with pytest.raises(UsageError, match=re.escape(f"{other} runs under emulation")):
+        check_request(_config(matrix, multi, multi.platforms, push=True), gpus=1)
+    check_request(_config(matrix, multi, multi.platforms, push=True, allow_cpu_validation=True), gpus=1)
+    check_request(_config(matrix, multi, (host_platform(),), push=True), gpus=1)
+
+
 def _binfmt(tmp_path, text):
     (tmp_path / "qemu-aarch64").write_text(text)
     return tmp_path
@@ -94,7 +106,8 @@ def test_emulation_needs_qemu_registered_with_the_f_flag(tmp_path):
 def test_host_platform_is_this_machine():
     import platform
 
-    assert host_platform() == {"x86_64": AMD64, "aarch64": ARM64}.get(platform.machine(), host_platform())
+    expected = {"x86_64": AMD64, "aarch64": ARM64}.get(platform.machine(), f"linux/{platform.machine()}")
+    assert host_platform() == expected
 
 
 def _child(platform, n):
@@ -121,3 +134,18 @@ def test_build_py_refuses_arm64_for_an_amd64_only_line_in_one_line(matrix):
     )  # fmt: skip
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and f"{default.name} is built for {AMD64} only" in done.stderr
+
+
+def test_the_pipeline_tells_proof_it_runs_under_emulation(matrix, tmp_path, monkeypatch):
+    """qemu 8.1+ imitates the guest's /proc/cpuinfo, so `proof` is told, and reads it as emulation."""
+    from pipeline.validate import Request, emulation_env
+    from smoke.facts import emulation
+
+    multi = next(v for v in matrix.variants if v.multi_arch)
+    native = Request(None, "sha256:x", multi, 0, tmp_path, None, None, platform=AMD64)
+    emulated = Request(None, "sha256:x", multi, 0, tmp_path, None, None, platform=ARM64, emulated=True)
+    assert emulation_env(native) == {}
+    told = emulation_env(emulated)["PROVEN_TORCH_EMULATED"]
+    monkeypatch.setenv("PROVEN_TORCH_EMULATED", told)
+    assert told.startswith("aarch64 under emulation")
+    assert emulation("aarch64", "processor\t: 0\nCPU implementer\t: 0x41\n") == told
