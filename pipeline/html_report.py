@@ -241,17 +241,24 @@ def write_page(report_path: Path) -> Path:
     return page
 
 
+def line_reports(line_dir: Path) -> list[Path]:
+    """A line's reports, oldest first: RUN/report.json, and RUN/ARCH/report.json for a multi-arch line."""
+    return sorted([*line_dir.glob("*/report.json"), *line_dir.glob("*/*/report.json")], key=lambda p: p.relative_to(line_dir).parts)
+
+
 def write_index(report_dir: Path) -> Path:
     """reports/index.html: every report under report_dir, newest first."""
     rows = []
-    for path in sorted(report_dir.glob("*/*/report.json"), reverse=True):
+    line_dirs = [d for d in report_dir.iterdir() if d.is_dir()] if report_dir.is_dir() else []
+    for path in sorted((p for d in line_dirs for p in line_reports(d)), reverse=True):
         try:
             report = json.loads(path.read_text())
         except ValueError:
             continue
         page = write_page(path)
+        run = "/".join(path.parent.relative_to(report_dir).parts[1:])  # RUN, or RUN/ARCH for a multi-arch line
         rows.append(
-            f"<tr><td><a href='{_e(page.relative_to(report_dir))}'>{_e(path.parent.name)}</a></td><td>{_e(report.get('variant'))}</td>"
+            f"<tr><td><a href='{_e(page.relative_to(report_dir))}'>{_e(run)}</a></td><td>{_e(report.get('variant'))}</td>"
             f"<td>{_status(report.get('status', '?'))}</td><td>{'GPU' if report.get('gpu') else 'CPU'}</td>"
             f"<td>{'<br>'.join(_e(t) for t in report.get('tags', []))}</td></tr>"
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipeline import build_image, docker_env
 from pipeline.errors import PipelineError, UsageError
+from pipeline.html_report import line_reports
 from pipeline.variants import Matrix, Variant, pypi_alternatives
 
 
@@ -66,9 +67,7 @@ def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -
 
 
 def _latest_report(report_dir: Path, variant: Variant) -> dict | None:
-    runs = sorted((report_dir / variant.name).glob("*/report.json")) or sorted(  # a multi-arch line: per architecture
-        (report_dir / variant.name).glob("*/*/report.json")
-    )
+    runs = line_reports(report_dir / variant.name)
     return json.loads(runs[-1].read_text()) if runs else None
 
 

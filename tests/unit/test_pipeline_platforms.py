@@ -149,3 +149,19 @@ def test_the_pipeline_tells_proof_it_runs_under_emulation(matrix, tmp_path, monk
     monkeypatch.setenv("PROVEN_TORCH_EMULATED", told)
     assert told.startswith("aarch64 under emulation")
     assert emulation("aarch64", "processor\t: 0\nCPU implementer\t: 0x41\n") == told
+
+
+def test_reports_of_a_multi_arch_line_are_found_per_architecture(tmp_path):
+    """A multi-arch run writes LINE/RUN/ARCH/report.json; the index and the matrix table read those too."""
+    import json
+
+    from pipeline.html_report import line_reports, write_index
+
+    runs = ["2.0-cu999/20261101T000000Z", "2.0-cu999/20261203T000000Z/amd64", "2.0-cu999/20261203T000000Z/arm64"]
+    for run_dir in runs:
+        (tmp_path / run_dir).mkdir(parents=True)
+        (tmp_path / run_dir / "report.json").write_text(json.dumps({"variant": "2.0-cu999", "status": "failed"}))
+    found = line_reports(tmp_path / "2.0-cu999")
+    assert [p.parent.relative_to(tmp_path).as_posix() for p in found] == runs  # oldest first, the newest run last
+    page = write_index(tmp_path).read_text()
+    assert all(f">{run.split('/', 1)[1]}</a>" in page for run in runs)
