@@ -243,7 +243,9 @@ def write_page(report_path: Path) -> Path:
 
 def line_reports(line_dir: Path) -> list[Path]:
     """A line's reports, oldest first: RUN/report.json, and RUN/ARCH/report.json for a multi-arch line."""
-    return sorted([*line_dir.glob("*/report.json"), *line_dir.glob("*/*/report.json")], key=lambda p: p.relative_to(line_dir).parts)
+    return sorted(
+        [*line_dir.glob("*/report.json"), *line_dir.glob("*/*/report.json")], key=lambda p: p.relative_to(line_dir).parts
+    )
 
 
 def write_index(report_dir: Path) -> Path:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from pipeline.errors import PushFailed
+from pipeline.errors import Interrupted, PushFailed
 from pipeline.variants import PLATFORMS, arch
 
 
@@ -59,6 +59,10 @@ def _docker(args: list[str], what: str) -> str:
         done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, env=env)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise PushFailed(f"{what}: {err}; check the docker CLI and the registry") from None
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted while {what}; the multi-arch tags may be partly moved, rerun with --platform all --push"
+        ) from None
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         raise PushFailed(f"{what} failed: {reason}; check the registry and your login (`docker login`)")

@@ -361,6 +361,20 @@ def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms
     return index
 
 
+def interrupted(err: BaseException, done: dict, results: dict, push: bool) -> Interrupted:
+    """Ctrl-C: what the step said, and what earlier steps of this run left tagged or pushed (exit 130 either way)."""
+    tagged = [f"{t.ref}:{tg.tags[0]}" for t, tg in done.values()]
+    pushed = [ref for _, _, p in results.values() for ref in p.refs]
+    if not tagged:
+        return err if isinstance(err, Interrupted) else Interrupted("interrupted; nothing was tagged or pushed")
+    said = (str(err) or "interrupted").replace("nothing was tagged or pushed", "the step under way tagged and pushed nothing")
+    return Interrupted(
+        f"{said}; before it, this run validated and tagged {', '.join(tagged)}"
+        + (f" and pushed {', '.join(pushed)}" if pushed else "")
+        + ("; check the registry for a push that was under way" if push else "")
+    )
+
+
 def run(config: BuildConfig) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
@@ -385,39 +399,48 @@ def run(config: BuildConfig) -> RunResult:
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
     done: dict[str, tuple[Target, Tagged]] = {}
     failed: dict[str, PipelineError] = {}
-    for platform in config.platforms:
-        platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
-        try:
-            target, tagged = build_and_validate(client, cli, config, platform, platform_dir, args, gpus, (now, created, revision))
-        except Interrupted:
-            raise
-        except PipelineError as err:
-            if len(config.platforms) == 1:
+    try:
+        for platform in config.platforms:
+            platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
+            try:
+                target, tagged = build_and_validate(
+                    client, cli, config, platform, platform_dir, args, gpus, (now, created, revision)
+                )
+            except Interrupted:
                 raise
-            print(f"==> {platform} failed: {err}", flush=True)
-            failed[platform] = err
-            continue
-        done[platform] = (target, tagged)
-        if config.push:
-            results[platform] = (target, tagged, push_all(client, tagged, target, config.hold_moving_tags, config.compression))
-    if failed:
-        first = next(iter(failed.values()))
-        kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
-        raise type(first)(
-            "; ".join(f"{platform}: {err}" for platform, err in failed.items())
-            + "; no multi-arch tag moved"
-            + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
-        )
-    index: dict[str, str] = {}
-    if variant.multi_arch and config.push:
-        if set(results) == set(variant.platforms):
-            index = push_line_index(results, variant.platforms, config.hold_moving_tags)
-        else:
-            print(
-                f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
-                "--platform all publishes its plain tags as one index",
-                flush=True,
+            except PipelineError as err:
+                if len(config.platforms) == 1:
+                    raise
+                print(f"==> {platform} failed: {err}", flush=True)
+                failed[platform] = err
+                continue
+            done[platform] = (target, tagged)
+            if config.push:
+                results[platform] = (
+                    target,
+                    tagged,
+                    push_all(client, tagged, target, config.hold_moving_tags, config.compression),
+                )
+        if failed:
+            first = next(iter(failed.values()))
+            kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
+            raise type(first)(
+                "; ".join(f"{platform}: {err}" for platform, err in failed.items())
+                + "; no multi-arch tag moved"
+                + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
             )
+        index: dict[str, str] = {}
+        if variant.multi_arch and config.push:
+            if set(results) == set(variant.platforms):
+                index = push_line_index(results, variant.platforms, config.hold_moving_tags)
+            else:
+                print(
+                    f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
+                    "--platform all publishes its plain tags as one index",
+                    flush=True,
+                )
+    except (Interrupted, KeyboardInterrupt) as err:
+        raise interrupted(err, done, results, config.push) from None
     target, tagged = done[config.platforms[0]]
     print(f"==> report: {target.report_path}", flush=True)
     return RunResult(

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from pipeline import index_push
+from pipeline import index_push, run
 from pipeline.errors import MatrixError, PushFailed, UsageError
-from pipeline import run
 from pipeline.run import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
 
@@ -165,3 +164,22 @@ def test_reports_of_a_multi_arch_line_are_found_per_architecture(tmp_path):
     assert [p.parent.relative_to(tmp_path).as_posix() for p in found] == runs  # oldest first, the newest run last
     page = write_index(tmp_path).read_text()
     assert all(f">{run.split('/', 1)[1]}</a>" in page for run in runs)
+
+
+def test_ctrl_c_after_one_platform_says_what_that_platform_left_tagged_and_pushed():
+    from types import SimpleNamespace as NS
+
+    from pipeline.errors import Interrupted
+    from pipeline.run import interrupted
+
+    amd = (NS(ref="127.0.0.1:5000/x"), NS(tags=["2.0-cu999-amd64"]))
+    pushed = NS(refs={"127.0.0.1:5000/x:2.0-cu999-amd64": "sha256:1"})
+    step = Interrupted("interrupted during the proof; nothing was tagged or pushed")
+    err = interrupted(step, {AMD64: amd}, {AMD64: (*amd, pushed)}, push=True)
+    assert isinstance(err, Interrupted) and err.exit_code == 130
+    assert "nothing was tagged" not in str(err) and "pushed 127.0.0.1:5000/x:2.0-cu999-amd64" in str(err)
+    assert interrupted(step, {}, {}, push=True) is step  # nothing done before: the step's own words are true
+    assert "nothing was tagged or pushed" in str(interrupted(KeyboardInterrupt(), {}, {}, push=False))
+    assert "validated and tagged 127.0.0.1:5000/x:2.0-cu999-amd64" in str(
+        interrupted(KeyboardInterrupt(), {AMD64: amd}, {}, push=False)
+    )
