@@ -313,7 +313,10 @@ def build_and_validate(
         args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
     built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose, platform=platform)
     if platform != host_platform():
-        print(f"==> validating {platform} under emulation (qemu) on this {host_platform()} host; deadlines scaled", flush=True)
+        print(
+            f"==> validating {platform} under emulation (qemu) on this {host_platform()} host, on the CPU; deadlines scaled",
+            flush=True,
+        )
     target = Target(
         variant=variant,
         run_dir=run_dir,
