@@ -159,7 +159,7 @@ def ppo_command(gate: dict, device: str, out_dir: Path) -> list[str]:
         "--total-timesteps", str(gate["total_timesteps"]), "--target-return", str(gate["target_return"]),
         "--device", device, "--out-dir", str(out_dir),
         "--stop-at-target", "--fail-below-target", "--no-progress",
-    ]  # fmt: skip
+    ]  # fmt: skip # argv grouped as on a command line
     return cmd + (["--require-gpu"] if device == "cuda" else [])
 
 

@@ -11,6 +11,7 @@ developing; CI never sets it.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ def registry_manifest(ref: str):
 
     repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
     return requests.get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
+
+
+def manifest_inspect(ref: str) -> subprocess.CompletedProcess:
+    """`docker manifest inspect` of a ref on the test registry, as a user would read an index
+    (plain HTTP on 127.0.0.1; the command is experimental in Docker 20.10's CLI)."""
+    env = {"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    return subprocess.run(
+        ["docker", "manifest", "inspect", "--insecure", ref], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def ca_cert() -> Path | None:

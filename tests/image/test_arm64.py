@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
-from tests.image.conftest import REGISTRY, ca_cert
+from tests.image.conftest import REGISTRY, ca_cert, manifest_inspect
 
 pytestmark = [pytest.mark.image, pytest.mark.arm64]
 
@@ -30,9 +30,10 @@ def built(docker, matrix, tmp_path_factory):
     variant = next(v for v in matrix.variants if v.multi_arch)
     reports = tmp_path_factory.mktemp("reports-arm64")
     ca = ca_cert()
-    argv = [sys.executable, str(REPO_ROOT / "build.py"), "--cuda", variant.cuda, "--torch", variant.torch_minor,
-            "--platform", "all", "--push", "--registry", REGISTRY, "--repo", REPO, "--allow-cpu-validation",
-            "--report-dir", str(reports), *(["--ca-cert", str(ca)] if ca else [])]  # fmt: skip
+    line = ["--cuda", variant.cuda, "--torch", variant.torch_minor, "--platform", "all"]
+    push = ["--push", "--registry", REGISTRY, "--repo", REPO, "--allow-cpu-validation"]
+    argv = [sys.executable, str(REPO_ROOT / "build.py"), *line, *push, "--report-dir", str(reports)]
+    argv += ["--ca-cert", str(ca)] if ca else []
     done = subprocess.run(argv, capture_output=True, text=True, timeout=3 * 3600, cwd=REPO_ROOT, check=False)
     (reports / "build-stdout.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -88,10 +89,8 @@ def test_the_index_lists_both_platforms_with_the_validated_children(built):
     for platform, report in per_arch.items():
         assert children[platform]["stamped_image_id"] == report["stamped_image_id"]
         assert children[platform]["digest"] in report["pushed"].values()
-    listed = subprocess.run(
-        ["docker", "manifest", "inspect", "--insecure", next(iter(index["index"]))],
-        capture_output=True, text=True, check=True, timeout=60, env={"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"},
-    )  # fmt: skip
+    listed = manifest_inspect(next(iter(index["index"])))
+    assert listed.returncode == 0, listed.stderr
     found = {m["platform"]["architecture"]: m["digest"] for m in json.loads(listed.stdout)["manifests"]}
     assert found == {arch(p): children[p]["digest"] for p in variant.platforms}
     assert [ref.rsplit(":", 1)[1] for ref in index["index"]][1:] == [variant.name]

@@ -14,7 +14,7 @@ from pipeline import index_push, push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed
 from pipeline.variants import AMD64, ARM64, arch
-from tests.image.conftest import REGISTRY, TEST_LABELS
+from tests.image.conftest import REGISTRY, TEST_LABELS, manifest_inspect
 
 pytestmark = pytest.mark.image
 
@@ -31,8 +31,11 @@ def _build(tmp_path, platform: str) -> str:
     iid = context / "iid"
     subprocess.run(
         [*cli.argv, "-q", "--platform", platform, "--iidfile", str(iid), str(context)],
-        env=cli.environ(), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        env=cli.environ(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return iid.read_text().strip()
 
 
@@ -53,10 +56,8 @@ def children(docker, tmp_path_factory):
 
 
 def _inspect(ref: str) -> dict:
-    done = subprocess.run(
-        ["docker", "manifest", "inspect", "--insecure", ref],
-        capture_output=True, text=True, check=True, timeout=60, env={"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"},
-    )  # fmt: skip
+    done = manifest_inspect(ref)
+    assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
@@ -86,8 +87,5 @@ def test_a_child_that_is_not_the_validated_image_is_refused(children):
     wrong = index_push.Child(AMD64, REF, children[ARM64].tag, children[ARM64].digest, children[AMD64].image_id)
     with pytest.raises(PushFailed, match="not the validated"):
         index_push.push_index(REF, "wrong", [wrong, children[ARM64]])
-    gone = subprocess.run(
-        ["docker", "manifest", "inspect", "--insecure", f"{REF}:wrong"],
-        capture_output=True, text=True, timeout=60, env={"DOCKER_CLI_EXPERIMENTAL": "enabled", "PATH": "/usr/local/bin:/usr/bin:/bin"},
-    )  # fmt: skip
+    gone = manifest_inspect(f"{REF}:wrong")
     assert gone.returncode != 0, "a refused index was pushed anyway"
