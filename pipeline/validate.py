@@ -30,9 +30,9 @@ from pipeline.variants import AMD64, PLATFORMS, Variant, arch
 if TYPE_CHECKING:
     from docker import DockerClient
 from smoke.expect import BAKED_SPEC
+from smoke.facts import EMULATION_SCALE, emulated_on_x86
 
 PROOF_TIMEOUT_S = 2400
-EMULATION_TIME_SCALE = 4.0  # the stages' deadlines under qemu; the proof inside scales its own (smoke/proof.py)
 OUT = "/tmp/validation"
 
 
@@ -53,7 +53,7 @@ class Request:
     @property
     def time_scale(self) -> float:
         """How much longer each stage may take: emulated Python runs 10-100x slower (docs/benchmarks.md)."""
-        return EMULATION_TIME_SCALE if self.emulated else 1.0
+        return EMULATION_SCALE if self.emulated else 1.0  # the proof inside scales its own the same way
 
 
 @dataclass
@@ -248,7 +248,7 @@ def emulation_env(req: Request) -> dict[str, str]:
     which smoke.facts.emulation reads otherwise)."""
     if not req.emulated:
         return {}
-    return {"PROVEN_TORCH_EMULATED": f"{PLATFORMS[req.platform]['machine']} under emulation (qemu) on an x86_64 CPU"}
+    return {"PROVEN_TORCH_EMULATED": emulated_on_x86(PLATFORMS[req.platform]["machine"])}
 
 
 def proof(req: Request, found: Findings) -> list[str]:

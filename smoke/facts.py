@@ -239,6 +239,11 @@ def deadline(seconds: float, emulated: bool | None = None) -> float:
     return seconds * (EMULATION_SCALE if emulated else 1.0)
 
 
+def emulated_on_x86(machine: str) -> str:
+    """How emulation is said, here and by the pipeline that tells `proof` (PROVEN_TORCH_EMULATED)."""
+    return f"{machine} under emulation (qemu) on an x86_64 CPU"
+
+
 def emulation(machine: str | None = None, cpuinfo: str | None = None) -> str | None:
     """'aarch64 under emulation (qemu) on an x86_64 CPU' when this userspace runs on another architecture's
     CPU through qemu (which passes the host's /proc/cpuinfo through), else None. PROVEN_TORCH_EMULATED says
@@ -251,7 +256,7 @@ def emulation(machine: str | None = None, cpuinfo: str | None = None) -> str | N
             cpuinfo = ""
     x86_cpu = any(line.startswith("vendor_id") for line in cpuinfo.splitlines())
     if x86_cpu and machine not in ("x86_64", "i686", "i386"):
-        return f"{machine} under emulation (qemu) on an x86_64 CPU"
+        return emulated_on_x86(machine)
     return os.environ.get("PROVEN_TORCH_EMULATED") or None
 
 
