@@ -178,7 +178,7 @@ def build_image(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            raise Interrupted("interrupted during docker build; nothing was tagged or pushed") from None
+            raise Interrupted("interrupted during docker build") from None  # pipeline.run says what the run had tagged
     seconds = time.monotonic() - start
     if proc.returncode != 0 or not iidfile.exists():
         raise BuildFailed(classify_failure("".join(tail), variant, log_path))

@@ -126,7 +126,7 @@ def run_in_image(
             stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
         files = fetch_dir(container, fetch) if fetch else {}
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted during {what}; nothing was tagged or pushed") from None
+        raise Interrupted(f"interrupted during {what}") from None  # pipeline.run says what the run had tagged
     finally:
         timer.cancel()
         try:

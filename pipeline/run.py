@@ -365,12 +365,13 @@ def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms
 
 
 def interrupted(err: BaseException, done: dict, results: dict, push: bool) -> Interrupted:
-    """Ctrl-C: what the step said, and what earlier steps of this run left tagged or pushed (exit 130 either way)."""
+    """Ctrl-C: the step that was stopped, then what this run had tagged or pushed (exit 130 either way).
+    Only the run knows the latter, so the steps' own messages name themselves and nothing more."""
+    said = str(err) or "interrupted"
     tagged = [f"{t.ref}:{tg.tags[0]}" for t, tg in done.values()]
-    pushed = [ref for _, _, p in results.values() for ref in p.refs]
     if not tagged:
-        return err if isinstance(err, Interrupted) else Interrupted("interrupted; nothing was tagged or pushed")
-    said = (str(err) or "interrupted").replace("nothing was tagged or pushed", "the step under way tagged and pushed nothing")
+        return Interrupted(f"{said}; nothing was tagged or pushed")
+    pushed = [ref for _, _, p in results.values() for ref in p.refs]
     return Interrupted(
         f"{said}; before it, this run validated and tagged {', '.join(tagged)}"
         + (f" and pushed {', '.join(pushed)}" if pushed else "")
