@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -17,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pipeline import hostprocs
 from pipeline.docker_env import BuildCli
-from pipeline.errors import BuildFailed, Interrupted, UsageError
+from pipeline.errors import BuildFailed, UsageError
 from pipeline.render import build_arg, dockerfile_path, stale_files
 from pipeline.variants import AMD64, REPO_ROOT, Matrix, Variant, arch, pypi_alternatives
 
@@ -159,28 +159,22 @@ def build_image(
     start = time.monotonic()
     tail: list[str] = []
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli.environ(), errors="replace"
+
+        def show(line: str) -> None:
+            log.write(line + "\n")
+            tail.append(line + "\n")
+            del tail[:-200]
+            if _show(line.rstrip(), verbose):
+                print(f"  [{time.monotonic() - start:6.1f}s] {line.rstrip()[:160]}", flush=True)
+
+        # Ctrl-C stops the CLI and BuildKit's build with it; pipeline.run says what the run had tagged
+        ran = hostprocs.run_host(argv, "docker build", env=cli.environ(), on_line=show)
+    if ran.timed_out:
+        raise BuildFailed(
+            f"docker build of {variant.name} did not finish within {ran.deadline:.0f} s and was stopped (log: {log_path})"
         )
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                tail.append(line)
-                del tail[:-200]
-                if _show(line.rstrip(), verbose):
-                    elapsed = time.monotonic() - start
-                    print(f"  [{elapsed:6.1f}s] {line.rstrip()[:160]}", flush=True)
-            proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            raise Interrupted("interrupted during docker build") from None  # pipeline.run says what the run had tagged
     seconds = time.monotonic() - start
-    if proc.returncode != 0 or not iidfile.exists():
+    if ran.returncode != 0 or not iidfile.exists():
         raise BuildFailed(classify_failure("".join(tail), variant, log_path))
     image_id = iidfile.read_text().strip()
     print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s (untagged until validated)", flush=True)

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pipeline.errors import Interrupted
+from pipeline.hostprocs import step
 
 ROLE_LABEL = {"io.proven-torch.role": "validation"}
 
@@ -111,22 +111,21 @@ def run_in_image(
     timer = threading.Timer(timeout_s, kill_at_deadline)
     streamed: list[str] = []
     try:
-        container.start()
-        timer.start()
-        if stream:
-            for chunk in container.logs(stream=True, follow=True):
-                for line in chunk.decode(errors="replace").splitlines():
-                    streamed.append(line)
-                    print(f"  │ {line}", flush=True)
-        exit_code = container.wait(timeout=timeout_s + 60)["StatusCode"]
-        if stream:
-            stdout, stderr = "\n".join(streamed), ""
-        else:
-            stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-            stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-        files = fetch_dir(container, fetch) if fetch else {}
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted during {what}") from None  # pipeline.run says what the run had tagged
+        with step(what):  # Ctrl-C: Interrupted naming the step; the container is removed below either way
+            container.start()
+            timer.start()
+            if stream:
+                for chunk in container.logs(stream=True, follow=True):
+                    for line in chunk.decode(errors="replace").splitlines():
+                        streamed.append(line)
+                        print(f"  │ {line}", flush=True)
+            exit_code = container.wait(timeout=timeout_s + 60)["StatusCode"]
+            if stream:
+                stdout, stderr = "\n".join(streamed), ""
+            else:
+                stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+                stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+            files = fetch_dir(container, fetch) if fetch else {}
     finally:
         timer.cancel()
         try:

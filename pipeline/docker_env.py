@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +29,12 @@ class BuildCli:
         return env
 
 
-def _run_quiet(argv: list[str]) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+def _run_quiet(argv: list[str]):
+    """A short probe (`docker version`, `nvidia-smi -L`), bounded; None when it could not run or timed out."""
+    from pipeline.hostprocs import run_host
+
+    ran = run_host(argv, "docker probe")
+    return None if ran.returncode in (None, 127) else ran
 
 
 def find_build_cli() -> BuildCli:

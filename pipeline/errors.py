@@ -50,7 +50,9 @@ class PushFailed(PipelineError):
 
 
 class Interrupted(PipelineError):
-    """Ctrl-C: the running step was stopped; nothing was tagged or pushed."""
+    """Ctrl-C: the running step and its processes were stopped. The message names the step
+    (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.run,
+    pipeline.matrix: only they know)."""
 
     exit_code = 130
 
@@ -63,6 +65,6 @@ EXIT_CODES = {
     BuildFailed.exit_code: "docker build failed (network errors reaching the wheel index included)",
     ValidationFailed.exit_code: "validation failed: the image was not tagged",
     PushFailed.exit_code: "push failed: registry unreachable or refused",
-    Interrupted.exit_code: "interrupted (Ctrl-C): nothing tagged or pushed before validation passed; during a push "
-    "the validated image stays tagged locally (rerun with --push)",
+    Interrupted.exit_code: "interrupted (Ctrl-C): the step is stopped with its processes; the message names it and "
+    "what the run had already tagged or pushed (nothing is tagged before validation passed)",
 }

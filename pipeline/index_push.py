@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 
-from pipeline.errors import Interrupted, PushFailed
+from pipeline import hostprocs
+from pipeline.errors import PushFailed
 from pipeline.variants import PLATFORMS, arch
 
 
@@ -55,14 +55,11 @@ def plan_index(platforms: tuple[str, ...], pushed: dict[str, Child]) -> list[Chi
 def _docker(args: list[str], what: str) -> str:
     exe = os.environ.get("DOCKER_CLI") or shutil.which("docker") or "/usr/bin/docker"
     env = {**os.environ, "DOCKER_CLI_EXPERIMENTAL": "enabled"}  # `docker manifest` in the 20.10 CLI
-    try:
-        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, env=env)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise PushFailed(f"{what}: {err}; check the docker CLI and the registry") from None
-    except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted while {what}; the multi-arch tags may be partly moved, rerun with --platform all --push"
-        ) from None
+    done = hostprocs.run_host([exe, *args], "docker manifest", what=what, env=env)
+    if done.timed_out:
+        raise PushFailed(
+            f"{what}: the docker CLI did not finish within {done.deadline:.0f} s and was stopped; check the registry"
+        )
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         raise PushFailed(f"{what} failed: {reason}; check the registry and your login (`docker login`)")

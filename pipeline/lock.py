@@ -30,12 +30,12 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import hostprocs
 from pipeline.errors import BuildFailed, UsageError
 from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
 from smoke.rules import normalize_name
@@ -153,9 +153,7 @@ def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str
         argv = [_uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header", "--generate-hashes"]
         argv += [*_index_args(variant), "--python-version", variant.python, "--python-platform", wheel_platform(platform)]
         argv += ["--exclude-newer", matrix.resolved_before, *constraints, src.name]
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=600, cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"}
-        )
+        result = hostprocs.run_host(argv, "uv pip compile", cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"})
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1].strip()[:200]
         raise BuildFailed(

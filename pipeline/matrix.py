@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import build_image, docker_env
-from pipeline.errors import PipelineError, UsageError
+from pipeline.errors import Interrupted, PipelineError, UsageError
 from pipeline.html_report import line_reports
 from pipeline.variants import Matrix, Variant, pypi_alternatives
 
@@ -80,36 +80,48 @@ def _remove_images(result) -> None:
             pass
 
 
+def stopped_in(line: str, err: BaseException, rows: list[LineResult], kept: list[str]) -> Interrupted:
+    """Ctrl-C during a line: stop the whole matrix (exit 130), naming the line and what the run left behind.
+    The matrix never pushes; a proven line's images are removed unless --keep."""
+    said = str(err) or "interrupted"
+    before = "; ".join(f"{r.line}: {r.status}" for r in rows) or "none"
+    left = f"; still tagged (--keep): {', '.join(kept)}" if kept else ""
+    return Interrupted(f"matrix stopped in {line}: {said}; lines finished before it: {before}; nothing was pushed{left}")
+
+
 def run_matrix(matrix: Matrix, base_config, names: list[str] | None, keep: bool) -> list[LineResult]:
-    """Build and prove each chosen line in turn; never stops at a failed line."""
+    """Build and prove each chosen line in turn; a failed line does not stop the others, Ctrl-C stops all."""
+    rows: list[LineResult] = []
+    kept: list[str] = []
+    for variant in chosen_lines(matrix, names):
+        try:
+            rows.append(_run_line(matrix, base_config, variant, keep, kept))
+        except (Interrupted, KeyboardInterrupt) as err:
+            raise stopped_in(variant.name, err, rows, kept) from None
+    return rows
+
+
+def _run_line(matrix: Matrix, base_config, variant: Variant, keep: bool, kept: list[str]) -> LineResult:
+    """One line of the matrix: its row (a line that failed included); Interrupted propagates."""
     from pipeline.run import run
 
-    rows = []
-    for variant in chosen_lines(matrix, names):
-        print(f"==> matrix: {variant.name} (torch {variant.torch}, CUDA {variant.cuda}, {variant.builds_from})", flush=True)
-        if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base_config.ca_cert)):
-            rows.append(
-                _row(
-                    variant,
-                    "not buildable here",
-                    None,
-                    f"{variant.index} unreachable ({why}); {pypi_alternatives(matrix, variant)}",
-                )
-            )
-            print(f"==> matrix: {variant.name}: not buildable here ({why})", flush=True)
-            continue
-        try:
-            result = run(dataclasses.replace(base_config, variant=variant))
-        except UsageError:
-            raise
-        except PipelineError as err:
-            rows.append(_row(variant, "failed", _latest_report(base_config.report_dir, variant), str(err)))
-            continue
-        report = json.loads(result.report_path.read_text())
-        rows.append(_row(variant, "proven (GPU)" if result.gpu else "proven (CPU only)", report))
-        if not keep:
-            _remove_images(result)
-    return rows
+    print(f"==> matrix: {variant.name} (torch {variant.torch}, CUDA {variant.cuda}, {variant.builds_from})", flush=True)
+    if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base_config.ca_cert)):
+        print(f"==> matrix: {variant.name}: not buildable here ({why})", flush=True)
+        detail = f"{variant.index} unreachable ({why}); {pypi_alternatives(matrix, variant)}"
+        return _row(variant, "not buildable here", None, detail)
+    try:
+        result = run(dataclasses.replace(base_config, variant=variant))
+    except (UsageError, Interrupted):
+        raise
+    except PipelineError as err:
+        return _row(variant, "failed", _latest_report(base_config.report_dir, variant), str(err))
+    report = json.loads(result.report_path.read_text())
+    if keep:
+        kept.extend(result.tags)
+    else:
+        _remove_images(result)
+    return _row(variant, "proven (GPU)" if result.gpu else "proven (CPU only)", report)
 
 
 def _cell(value) -> str:

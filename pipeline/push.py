@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from pipeline import hostprocs
 from pipeline.errors import Interrupted, PushFailed, ValidationFailed
 
 # How layers are compressed in the registry (build.py --compression). gzip: every
@@ -50,26 +51,26 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
     last_report = 0.0
     digest = ""
     layers: dict[str, str] = {}
+    limit = hostprocs.DEADLINES["docker push"]
     try:
-        for event in client.images.push(ref, tag=tag, stream=True, decode=True):
-            if "error" in event:
-                detail = event.get("errorDetail", {}).get("message") or event["error"]
-                raise PushFailed(
-                    f"registry refused the push of {ref}:{tag}: {detail.strip()}; check the registry and your login (`docker login`)"
-                )
-            if event.get("id") and event.get("status"):
-                layers[event["id"]] = event["status"]
-            digest = event.get("aux", {}).get("Digest", digest)
-            now = time.monotonic()
-            if now - last_report > 10:
-                done = sum(1 for s in layers.values() if s in ("Pushed", "Layer already exists", "Mounted from"))
-                print(f"  [{now - start:6.1f}s] layers done {done}/{len(layers)}", flush=True)
-                last_report = now
-    except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted while pushing {ref}:{tag}; the validated image stays tagged locally, rerun with --push"
-        ) from None
-    except PushFailed:
+        with hostprocs.step(f"the push of {ref}:{tag}"):  # Ctrl-C: pipeline.run says what stays tagged and pushed
+            for event in client.images.push(ref, tag=tag, stream=True, decode=True):
+                if "error" in event:
+                    detail = event.get("errorDetail", {}).get("message") or event["error"]
+                    raise PushFailed(
+                        f"registry refused the push of {ref}:{tag}: {detail.strip()}; check the registry and your login (`docker login`)"
+                    )
+                if event.get("id") and event.get("status"):
+                    layers[event["id"]] = event["status"]
+                digest = event.get("aux", {}).get("Digest", digest)
+                now = time.monotonic()
+                if now - start > limit:  # the daemon goes on pushing only while someone reads its stream
+                    raise PushFailed(f"the push of {ref}:{tag} did not finish within {limit:.0f} s and was abandoned")
+                if now - last_report > 10:
+                    done = sum(1 for s in layers.values() if s in ("Pushed", "Layer already exists", "Mounted from"))
+                    print(f"  [{now - start:6.1f}s] layers done {done}/{len(layers)}", flush=True)
+                    last_report = now
+    except (PushFailed, Interrupted):
         raise
     except Exception as err:
         raise PushFailed(

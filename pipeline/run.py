@@ -6,11 +6,10 @@ import datetime as dt
 import hashlib
 import json
 import platform as host
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import build_image, docker_env, index_push, labels, push, registry, tags, validate, zstd_push
+from pipeline import build_image, docker_env, hostprocs, index_push, labels, push, registry, tags, validate, zstd_push
 from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
@@ -113,20 +112,11 @@ class RunResult:
 
 
 def git_revision(root: Path = REPO_ROOT) -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    rev = hostprocs.run_host(["git", "-C", str(root), "rev-parse", "--short=7", "HEAD"], "git")
+    dirty = hostprocs.run_host(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], "git")
+    if rev.returncode != 0 or dirty.returncode != 0:
         return "nogit"
-    return f"{rev}-dirty" if dirty else rev
+    return f"{rev.stdout.strip()}-dirty" if dirty.stdout.strip() else rev.stdout.strip()
 
 
 def check_request(config: BuildConfig, gpus: int) -> None:

@@ -8,12 +8,12 @@ import concurrent.futures
 import hashlib
 import json
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from pipeline.errors import Interrupted, PushFailed, UsageError
+from pipeline import hostprocs
+from pipeline.errors import PushFailed, UsageError
 from pipeline.push import check_tag
 from pipeline.registry import registry_api
 
@@ -87,26 +87,22 @@ def _use_exact_config(layout: Path, config: bytes) -> None:
 
 
 def _skopeo_copy(args: list[str], what: str, start: float) -> None:
-    """Run `skopeo copy ARGS`, streaming its blob lines; one-line PushFailed when it fails."""
-    proc = subprocess.Popen(
-        [skopeo(), "copy", "--retry-times", "2", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    """Run `skopeo copy ARGS`, streaming its blob lines; one-line PushFailed when it fails or outlives its deadline."""
     tail: list[str] = []
-    assert proc.stdout is not None  # stdout=PIPE
-    try:
-        for line in proc.stdout:
-            tail = (tail + [line.strip()])[-5:]
-            if line.startswith(("Copying blob", "Copying config", "Writing manifest")) and "skipped" not in line:
-                print(f"  [{time.monotonic() - start:6.1f}s] {line.strip()[:100]}", flush=True)
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.kill()
-        proc.wait()
-        raise Interrupted(
-            f"interrupted while pushing {what}; the validated image stays tagged locally, rerun with --push"
-        ) from None
-    if code != 0:
-        detail = next((ln for ln in reversed(tail) if ln), f"skopeo exited {code}")
+
+    def show(line: str) -> None:
+        tail.append(line.strip())
+        del tail[:-5]
+        if line.startswith(("Copying blob", "Copying config", "Writing manifest")) and "skipped" not in line:
+            print(f"  [{time.monotonic() - start:6.1f}s] {line.strip()[:100]}", flush=True)
+
+    ran = hostprocs.run_host(
+        [skopeo(), "copy", "--retry-times", "2", *args], "skopeo copy", what=f"the push of {what}", on_line=show
+    )
+    if ran.timed_out:
+        raise PushFailed(f"cannot push {what}: skopeo did not finish within {ran.deadline:.0f} s and was stopped")
+    if ran.returncode != 0:
+        detail = next((ln for ln in reversed(tail) if ln), f"skopeo exited {ran.returncode}")
         raise PushFailed(f"cannot push {what}: {detail[:240]}; is the registry running and reachable?")
 
 
@@ -150,9 +146,7 @@ def check_zstd_manifest(client, image_id: str, ref: str, digest: str) -> None:
     tls = _tls_args(ref, "--tls-verify")
 
     def inspect(*what: str) -> dict:
-        done = subprocess.run(
-            [skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"], capture_output=True, text=True, timeout=300
-        )
+        done = hostprocs.run_host([skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"], "skopeo inspect")
         if done.returncode != 0:
             raise PushFailed(f"cannot read back {ref}@{digest}: {done.stderr.strip()[:200]}")
         return json.loads(done.stdout)

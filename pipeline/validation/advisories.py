@@ -16,7 +16,6 @@ import datetime as dt
 import gzip
 import hashlib
 import json
-import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,12 +116,12 @@ def load_snapshot(folder: Path = SNAPSHOT_DIR) -> Database:
 
 def _git_facts(folder: Path) -> tuple[str, str] | None:
     """(commit, commit date) when the folder is a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(folder), "log", "-1", "--format=%H %cs"], capture_output=True, text=True, check=True
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
+    from pipeline.hostprocs import run_host
+
+    ran = run_host(["git", "-C", str(folder), "log", "-1", "--format=%H %cs"], "git")
+    if ran.returncode != 0:
         return None
+    out = ran.stdout.split()
     return (out[0], out[1]) if len(out) == 2 else None
 
 

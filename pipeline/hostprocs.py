@@ -1,0 +1,93 @@
+"""The one way the pipeline runs a program on the host, and the one place Ctrl-C becomes `Interrupted`.
+
+Every host command (docker build, skopeo, `docker manifest`, uv, git) runs through
+`run_host`: in a session of its own, with a deadline taken from `DEADLINES`, and at
+that deadline, on an error or on Ctrl-C, stopped together with every process it
+started (smoke.procs.run_bounded: SIGTERM, SIGKILL after a grace period). Steps that
+talk to the daemon through the SDK (containers, pushes) wrap themselves in `step()`.
+
+A step names only itself ("interrupted during docker build"); what the run had
+already tagged or pushed is added by the run (pipeline.run.interrupted) or the
+matrix (pipeline.matrix), the only places that know it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from pipeline.errors import Interrupted
+from smoke.procs import run_bounded
+
+# Seconds each kind of host command may run before it is stopped with its children.
+# Generous: a cold build of a torch line is 3-15 minutes native, about an hour under qemu.
+DEADLINES: dict[str, float] = {
+    "docker build": 4 * 3600,
+    "docker push": 2 * 3600,  # per tag, through the SDK (checked between progress events)
+    "skopeo copy": 2 * 3600,
+    "skopeo inspect": 300,
+    "docker manifest": 300,
+    "uv pip compile": 600,
+    "git": 10,
+    "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
+}
+GRACE_S = 10.0  # between SIGTERM and SIGKILL
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a host command ended."""
+
+    returncode: int | None  # None: stopped at its deadline
+    stdout: str
+    stderr: str
+    seconds: float
+    deadline: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+@contextlib.contextmanager
+def step(what: str) -> Iterator[None]:
+    """Ctrl-C inside the block becomes Interrupted('interrupted during WHAT'), exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted during {what}") from None
+
+
+def run_host(
+    argv: list[str],
+    kind: str,
+    *,
+    what: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    deadline: float | None = None,
+) -> Ran:
+    """Run a host command of `kind` (a key of DEADLINES) and wait at most its deadline.
+
+    With `on_line`, stdout and stderr together are handed over line by line as they come
+    (and returned as stdout); otherwise both are captured apart. Ctrl-C stops the command
+    and its children, then raises Interrupted naming `what` (default: the kind)."""
+    limit = DEADLINES[kind] if deadline is None else deadline
+    start = time.monotonic()
+    lines: list[str] = []
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        assert on_line is not None
+        on_line(line)
+
+    with step(what or kind):
+        try:
+            done = run_bounded(argv, limit, env=env, cwd=cwd, output=keep if on_line else "capture", grace=GRACE_S)
+        except OSError as err:  # not found, not executable: as a shell says it
+            return Ran(127, "", f"cannot run {argv[0]}: {err.strerror or err}", time.monotonic() - start, limit)
+    stdout = "\n".join(lines) if on_line else done.stdout
+    return Ran(done.returncode, stdout, done.stderr, time.monotonic() - start, limit)

@@ -1,0 +1,130 @@
+"""Stopping, in one place: host commands have deadlines and are stopped with their children;
+Ctrl-C becomes one Interrupted naming the step, and the matrix stops at the line it was in."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import hostprocs
+from pipeline import matrix as matrix_run
+from pipeline.errors import Interrupted, ValidationFailed
+from pipeline.run import BuildConfig
+from smoke.procs import alive
+
+pytestmark = pytest.mark.unit
+
+# A command that forks a grandchild in a session of its own (as a launcher may), writes the
+# grandchild's pid, and then both sleep far past any deadline here.
+FORKING = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+open(sys.argv[1], "w").write(str(child.pid))
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_every_kind_of_host_command_has_a_deadline():
+    assert all(seconds > 0 for seconds in hostprocs.DEADLINES.values())
+    for kind in ("docker build", "docker push", "skopeo copy", "docker manifest", "uv pip compile", "git"):
+        assert kind in hostprocs.DEADLINES
+
+
+def test_a_host_command_past_its_deadline_is_stopped_with_its_children(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostprocs, "GRACE_S", 1.0)
+    pid_file = tmp_path / "grandchild"
+    lines: list[str] = []
+    start = time.monotonic()
+    ran = hostprocs.run_host([sys.executable, "-c", FORKING, str(pid_file)], "git", deadline=3.0, on_line=lines.append)
+    took = time.monotonic() - start
+    assert ran.timed_out and ran.returncode is None and ran.deadline == 3.0
+    assert "started" in lines
+    assert took < 3.0 + 10, took  # deadline, grace, and no waiting on the grandchild
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not alive(grandchild), "the forked grandchild outlived the deadline"
+
+
+def test_a_host_command_that_cannot_start_is_exit_127_not_a_traceback():
+    ran = hostprocs.run_host(["/nonexistent/docker", "version"], "docker probe")
+    assert ran.returncode == 127 and "cannot run /nonexistent/docker" in ran.stderr
+
+
+def test_ctrl_c_during_a_host_command_stops_it_and_names_the_step(tmp_path):
+    """A real SIGINT to this process while run_host waits: Interrupted naming the step, the tree gone."""
+    pid_file = tmp_path / "grandchild"
+    timer_pid = os.getpid()
+
+    def interrupt_soon() -> None:
+        for _ in range(100):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        os.kill(timer_pid, signal.SIGINT)
+
+    import threading
+
+    threading.Thread(target=interrupt_soon, daemon=True).start()
+    with pytest.raises(Interrupted) as err:
+        hostprocs.run_host([sys.executable, "-c", FORKING, str(pid_file)], "docker build", what="docker build of x")
+    assert str(err.value) == "interrupted during docker build of x"
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not alive(grandchild)
+
+
+def test_step_turns_ctrl_c_into_interrupted_and_leaves_other_errors_alone():
+    with pytest.raises(Interrupted, match="^interrupted during the push of r:t$"):
+        with hostprocs.step("the push of r:t"):
+            raise KeyboardInterrupt
+    with pytest.raises(ValueError):
+        with hostprocs.step("x"):
+            raise ValueError("not ours")
+
+
+def _config(lines, tmp_path: Path) -> BuildConfig:
+    return BuildConfig(matrix=lines, variant=lines.variants[0], report_dir=tmp_path, allow_cpu_validation=True)
+
+
+def test_ctrl_c_in_a_matrix_line_stops_the_matrix_naming_the_line(matrix, tmp_path, monkeypatch):
+    """Interrupted is a PipelineError, but the matrix must not record it as a failed line and go on."""
+    pypi = [v for v in matrix.variants if v.uses_pypi][:2]
+    assert len(pypi) == 2, "the matrix has two lines that build from PyPI"
+    started: list[str] = []
+
+    def fake_run(config):
+        started.append(config.variant.name)
+        if len(started) == 1:
+            raise ValidationFailed("first line failed")  # a failure: recorded, the matrix goes on
+        raise Interrupted("interrupted during the proof; nothing was tagged or pushed")
+
+    monkeypatch.setattr("pipeline.run.run", fake_run)
+    names = [pypi[0].name, pypi[1].name, pypi[0].name]
+    with pytest.raises(Interrupted) as err:
+        matrix_run.run_matrix(matrix, _config(matrix, tmp_path), names, keep=False)
+    assert started == names[:2], "no line starts after Ctrl-C"
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"matrix stopped in {pypi[1].name}: interrupted during the proof")
+    assert f"lines finished before it: {pypi[0].name}: failed" in text and "nothing was pushed" in text
+
+
+def test_a_bare_keyboardinterrupt_between_steps_stops_the_matrix_too(matrix, tmp_path, monkeypatch):
+    def fake_run(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("pipeline.run.run", fake_run)
+    line = next(v for v in matrix.variants if v.uses_pypi)
+    with pytest.raises(Interrupted, match=f"^matrix stopped in {line.name}: interrupted; lines finished before it: none"):
+        matrix_run.run_matrix(matrix, _config(matrix, tmp_path), [line.name], keep=False)
