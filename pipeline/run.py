@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import platform as host
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +122,12 @@ def git_revision(root: Path = REPO_ROOT) -> str:
 
 def check_request(config: BuildConfig, gpus: int) -> None:
     """Refuse bad input before building, not after: a CPU-only validation pushed
-    without being asked to, --registry without --push, a missing CA file."""
+    without being asked to, --registry without --push, a missing CA file, no GPU where one is required."""
+    if os.environ.get("REQUIRE_GPU") == "1" and gpus == 0:
+        raise UsageError(
+            "REQUIRE_GPU=1 but this host has no GPU visible (nvidia-smi -L lists none); check the driver and the "
+            "NVIDIA Container Toolkit, or unset REQUIRE_GPU to validate on the CPU"
+        )
     if config.push and gpus == 0 and not config.allow_cpu_validation:
         raise UsageError(
             "--push refused: this host has no GPU, so the image can only be validated on the CPU; "
@@ -354,6 +360,18 @@ def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms
     return index
 
 
+def tag_host_image(client, done: dict[str, tuple[Target, Tagged]], variant: Variant, pushed: bool) -> list[str]:
+    """A multi-arch line built without --push: the host's own validated image also gets the line's plain
+    tags (what `docker pull` of the index gives on this host), so `docker run IMAGE:LINE` finds it. Pushed,
+    the plain tags are the index alone, written only when every platform was validated."""
+    if not variant.multi_arch or pushed or host_platform() not in done:
+        return []
+    target, tagged = done[host_platform()]
+    refs = push.tag_image(client, tagged.stamped_id, target.ref, tagged.line_tags)
+    print(f"==> {variant.name} is multi-arch: this host's {arch(host_platform())} image is also {', '.join(refs)}", flush=True)
+    return refs
+
+
 def interrupted(err: BaseException, done: dict, results: dict, push: bool) -> Interrupted:
     """Ctrl-C: the step that was stopped, then what this run had tagged or pushed (exit 130 either way).
     Only the run knows the latter, so the steps' own messages name themselves and nothing more."""
@@ -433,6 +451,7 @@ def run(config: BuildConfig) -> RunResult:
                     "--platform all publishes its plain tags as one index",
                     flush=True,
                 )
+        host_tags = tag_host_image(client, done, variant, config.push)
     except (Interrupted, KeyboardInterrupt) as err:
         raise interrupted(err, done, results, config.push) from None
     target, tagged = done[config.platforms[0]]
@@ -440,7 +459,7 @@ def run(config: BuildConfig) -> RunResult:
     return RunResult(
         validated_id=tagged.validated_id,
         stamped_id=tagged.stamped_id,
-        tags=[f"{t.ref}:{tag}" for t, tg in done.values() for tag in tg.tags],
+        tags=[f"{t.ref}:{tag}" for t, tg in done.values() for tag in tg.tags] + host_tags,
         pushed={ref: digest for _, _, p in results.values() for ref, digest in p.refs.items()},
         report_path=target.report_path,
         gpu=tagged.validation.gpu,

@@ -89,3 +89,26 @@ def test_a_child_that_is_not_the_validated_image_is_refused(children):
         index_push.push_index(REF, "wrong", [wrong, children[ARM64]])
     gone = manifest_inspect(f"{REF}:wrong")
     assert gone.returncode != 0, "a refused index was pushed anyway"
+
+
+def test_a_local_build_gives_the_hosts_image_the_lines_plain_tags(docker, matrix, tmp_path):
+    """`build.py --cuda C` of a multi-arch line without --push ends with `docker run IMAGE:LINE` working on this
+    host: its validated image gets the plain tags too; a pushed build leaves the plain tags to the index."""
+    from pipeline.run import Tagged, Target, host_platform, tag_host_image
+
+    line = next(v for v in matrix.variants if v.multi_arch)
+    image_id = _build(tmp_path, host_platform())
+    ref = "proven-torch-test-local"
+    target = Target(variant=line, run_dir=tmp_path, ref=ref, date="20000101", created="t", revision="t", platform=AMD64)
+    plain = [f"{line.torch}-test", line.name]
+    own = [target.own_tag(t) for t in plain]
+    push.tag_image(docker, image_id, ref, own)
+    tagged = Tagged(validated_id=image_id, stamped_id=image_id, tags=own, validation=None, line_tags=plain)  # type: ignore[arg-type]
+    try:
+        assert tag_host_image(docker, {AMD64: (target, tagged)}, line, pushed=True) == []
+        assert [t for t in docker.images.get(image_id).tags if not t.endswith("-amd64")] == []
+        refs = tag_host_image(docker, {AMD64: (target, tagged)}, line, pushed=False)
+        assert refs == [f"{ref}:{t}" for t in plain]
+        assert all(docker.images.get(r).id == image_id for r in refs)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True, check=False)

@@ -128,3 +128,30 @@ def test_a_bare_keyboardinterrupt_between_steps_stops_the_matrix_too(matrix, tmp
     line = next(v for v in matrix.variants if v.uses_pypi)
     with pytest.raises(Interrupted, match=f"^matrix stopped in {line.name}: interrupted; lines finished before it: none"):
         matrix_run.run_matrix(matrix, _config(matrix, tmp_path), [line.name], keep=False)
+
+
+@pytest.mark.skipif(__import__("pipeline.docker_env", fromlist=["x"]).host_gpu_count() > 0, reason="this host has a GPU")
+def test_require_gpu_turns_the_gpu_groups_skip_into_a_failure():
+    """What gpu.yml and the release's GPU job set: no GPU visible is a failure, not a green skip."""
+    import subprocess
+
+    from pipeline.variants import REPO_ROOT
+
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    env = {k: v for k, v in os.environ.items() if k not in ("PROVEN_TORCH_TEST_IMAGE",)}
+    required = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env={**env, "REQUIRE_GPU": "1"}, timeout=300)
+    assert required.returncode == 1, required.stdout[-2000:]
+    assert "REQUIRE_GPU=1 but no NVIDIA GPU visible on this host" in required.stdout
+    assert " error" in required.stdout.splitlines()[-1] and "skipped" not in required.stdout.splitlines()[-1]  # fails at set-up
+    relaxed = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env={**env, "REQUIRE_GPU": "0"}, timeout=300)
+    assert relaxed.returncode == 0 and "skipped" in relaxed.stdout and "failed" not in relaxed.stdout, relaxed.stdout[-2000:]
+
+
+def test_require_gpu_refuses_a_build_on_a_host_without_one(matrix, monkeypatch, tmp_path):
+    from pipeline.errors import UsageError
+    from pipeline.run import check_request
+
+    monkeypatch.setenv("REQUIRE_GPU", "1")
+    with pytest.raises(UsageError, match="^REQUIRE_GPU=1 but this host has no GPU visible"):
+        check_request(_config(matrix, tmp_path), gpus=0)
+    check_request(_config(matrix, tmp_path), gpus=1)
