@@ -300,7 +300,7 @@ def test_render_check_passes_on_a_clean_checkout():
 
 
 def test_readme_variant_table_is_the_matrix(matrix):
-    from build import variant_table_markdown
+    from pipeline.listing import variant_table_markdown
 
     readme = (REPO_ROOT / "README.md").read_text()
     block = readme.split("<!-- variant-table", 1)[1].split("-->", 1)[1].split("<!-- /variant-table -->", 1)[0]

@@ -1,0 +1,129 @@
+"""What `build.py list` shows: the variant matrix as a table for people, as the README's
+Markdown table, as JSON for CI, and the single answers scripts ask for (the default line,
+a platform's base image, the host's pins). Each function returns text; build.py prints it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from pipeline.errors import UsageError
+from pipeline.render import WHOLE_LOCK, AdvisoryInputs, advisories_section, every_variant
+from pipeline.variants import Matrix, Variant, arch
+from smoke.rules import carried_text
+
+
+def carried_advisories(matrix: Matrix) -> dict[str, dict]:
+    """Per variant: every known advisory it carries, whole lock (the snapshot and allowlist's view)."""
+    inputs = AdvisoryInputs.load()
+    return {v.name: advisories_section(v, inputs) for v in every_variant(matrix)}
+
+
+def _listed(matrix: Matrix) -> list[Variant]:
+    """The base variants, each followed by its flavors (a flavor's note says what it adds)."""
+    out = []
+    for v in matrix.variants:
+        out.append(v)
+        for f in (fv for fv in matrix.flavored_variants() if fv.base_name == v.name):
+            adds = ", ".join(f"{name} {version}" for name, version in f.flavor_packages)
+            out.append(dataclasses.replace(f, note=f"{f.flavor} flavor of {v.name}: adds {adds}"))
+    return out
+
+
+def variant_table_markdown(matrix: Matrix) -> str:
+    """The README's variant table, made from the matrix (a unit test keeps the README in step)."""
+    carried = carried_advisories(matrix)
+    as_of = next(iter(carried.values()))["as_of"]
+    rows = [
+        "| variant | CUDA | torch | torchvision | torchaudio | Python | min. driver | platforms "
+        f"| known advisories, whole lock (as of {as_of}) | builds from | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in _listed(matrix):
+        name = f"**{v.name}** (default)" if v.is_default else v.name
+        rows.append(
+            f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_arches(v)} | {_scoped(carried[v.name])} "
+            f"| {_source(v, carried[v.name])} | {v.note} |"
+        )
+    return "\n".join(rows)
+
+
+def variant_table_text(matrix: Matrix) -> str:
+    """`build.py list`: the matrix for a terminal, each line with how it builds, its platforms and what it carries."""
+    carried = carried_advisories(matrix)
+    rows = [f"{'variant':15} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index"]
+    for v in _listed(matrix):
+        star = "*" if v.is_default else " "
+        rows.append(
+            f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
+        )
+        rows.append(f"{'':15} builds from: {_source(v, carried[v.name])}")
+        rows.append(f"{'':15} platforms: {_arches(v)}" + (f" ({v.platforms_note})" if v.platforms_note else ""))
+        rows.append(f"{'':15} advisories, {carried[v.name]['audited']}: {carried_text(carried[v.name])}")
+        if v.note:
+            rows.append(f"{'':15} note: {v.note}")
+    first = next(iter(carried.values()))
+    rows.append(
+        f"* default; advisories: every severity, the build's audit over each line's whole lock (pins only where a "
+        f"line has no committed lock), PyPA data as of {first['as_of']} (images/advisories/); high and critical "
+        "accepted in images/audit-allowlist.toml"
+    )
+    return "\n".join(rows)
+
+
+def _arches(variant: Variant) -> str:
+    """'amd64, arm64': the architectures the line is built for."""
+    return ", ".join(arch(p) for p in variant.platforms)
+
+
+def _source(variant: Variant, section: dict) -> str:
+    """Where the line's wheels come from, and whether a hash lock is committed for it."""
+    locked = section["audited"] == WHOLE_LOCK
+    return f"{variant.builds_from}, {'hash-locked' if locked else 'no committed lock (pins)'}"
+
+
+def _scoped(section: dict) -> str:
+    """What a line carries, marked where only its pins were audited (no committed lock)."""
+    text = carried_text(section)
+    return text if section["audited"] == WHOLE_LOCK else f"{text} (pins only: no committed lock)"
+
+
+def matrix_json(matrix: Matrix) -> str:
+    """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per
+    variant and per flavor of a variant (build it with --cuda, --torch and --flavor), with the
+    platforms it is built for (the release builds a multi-arch line's arm64 image on an Arm runner)."""
+    return json.dumps(
+        [
+            {
+                "variant": v.name,
+                "cuda": v.cuda,
+                "torch": v.torch_minor,
+                "flavor": v.flavor,
+                "default": v.is_default,
+                "platforms": list(v.platforms),
+                "multi_arch": v.multi_arch,
+            }
+            for v in every_variant(matrix)
+        ],
+        separators=(",", ":"),
+    )
+
+
+def default_variant(matrix: Matrix) -> str:
+    """The default variant's name: what scripts build by default (images/expect/<this>.json, its CUDA line's Dockerfile)."""
+    return next(v.name for v in matrix.variants if v.is_default)
+
+
+def pin_lines(matrix: Matrix, names: list[str]) -> str:
+    """The matrix's requirement line for each package of [packages] or a flavor's, or every line of a
+    flavor a name names: the host tools that must match the image (the unit tests run the image's
+    gymnasium and TRL)."""
+    flavors = {flavor.name: dict(flavor.packages) for flavor in matrix.flavors}
+    versions = dict(matrix.packages) | {name: v for packages in flavors.values() for name, v in packages.items()}
+    lines = []
+    for name in names:
+        if name not in versions and name not in flavors:
+            raise UsageError(f"--pin {name}: not a package or flavor of images/variants.toml (packages: {', '.join(versions)})")
+        lines += [f"{n}=={v}" for n, v in flavors.get(name, {name: versions.get(name)}).items()]
+    return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""build.py's command line: what it refuses before any work (one line, exit 2), and what
+`build.py list` prints, which comes from pipeline.listing. No Docker, no network."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import build
+from pipeline import listing
+from pipeline.errors import UsageError
+from pipeline.render import every_variant
+from pipeline.variants import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+LIST_OUTPUTS = [("--markdown",), ("--json",), ("--default",), ("--base-image", "linux/amd64"), ("--pin", "gymnasium")]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "build.py"), *args], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
+    )
+
+
+def _refused(result: subprocess.CompletedProcess) -> str:
+    """The one line a refused command line writes, after checking it exited 2 and wrote nothing else."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# --- list: one output at a time ------------------------------------------------------
+
+
+def test_list_json_and_markdown_together_exit_2_naming_both():
+    line = _refused(_cli("list", "--json", "--markdown"))
+    assert line.startswith("build.py list: argument ") and line.endswith("(see --help)")
+    assert "--json" in line and "--markdown" in line and "not allowed with" in line
+
+
+@pytest.mark.parametrize(("first", "second"), [(a, b) for i, a in enumerate(LIST_OUTPUTS) for b in LIST_OUTPUTS[i + 1 :]])
+def test_any_two_list_outputs_exit_2_naming_both(first, second):
+    line = _refused(_cli("list", *first, *second))
+    assert first[0] in line and second[0] in line and "not allowed with" in line
+
+
+def test_list_pin_repeated_is_one_output():
+    """scripts/host-venv.sh asks for several packages with one --pin each."""
+    result = _cli("list", "--pin", "gymnasium", "--pin", "rlhf")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) >= 2 and result.stdout.startswith("gymnasium==")
+
+
+def test_list_usage_shows_the_outputs_as_alternatives():
+    assert "[--markdown | --json | --default | --base-image PLATFORM | --pin PACKAGE]" in _cli("list", "--help").stdout
+
+
+# --- lock --check refuses what it would ignore ---------------------------------------
+
+
+@pytest.mark.parametrize("given", [("--cuda", "12.8"), ("--torch", "2.9"), ("--flavor", "rlhf"), ("--flavor", "base")])
+def test_lock_check_refuses_a_line_choice(given):
+    line = _refused(_cli("lock", "--check", *given))
+    assert line == "build.py lock: --check checks every line's lock; it takes no --cuda, --torch or --flavor (see --help)"
+
+
+def test_lock_check_refusal_does_not_depend_on_the_order():
+    line = _refused(_cli("lock", "--cuda", "12.8", "--check"))
+    assert line.startswith("build.py lock: --check checks every line's lock")
+
+
+# --- a flag of another command names that command ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("list", "--push"), "build.py list: --push is a flag of `build.py build`, not of `list`"),
+        (("list", "--cuda", "12.8"), "build.py list: --cuda is a flag of `build.py build` and `build.py lock`, not of `list`"),
+        (("list", "-v"), "build.py list: -v is a flag of `build.py build` and `build.py matrix`, not of `list`"),
+        (("render", "--report-dir=x"), "--report-dir is a flag of `build.py build` and `build.py report` and `build.py matrix`"),
+        (("lock", "--line", "2.9-cu128"), "build.py lock: --line is a flag of `build.py matrix`, not of `lock`"),
+        (("matrix", "--json"), "build.py matrix: --json is a flag of `build.py list`, not of `matrix`"),
+        (("--push", "--check"), "build.py build: --check is a flag of `build.py render` and `build.py lock`, not of `build`"),
+        (("list", "--bogus"), "build.py list: unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_stray_flag_names_its_command(args, text):
+    line = _refused(_cli(*args))
+    assert text in line and line.endswith("(see --help)")
+
+
+def _help_options(parser, command: str) -> set[str]:
+    """The option strings `build.py COMMAND --help` lists (argparse's public help output)."""
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        parser.parse_args([command, "--help"])
+    heads = (m.group(1) for m in re.finditer(r"^  (-\S.*?)(?:\s{2,}|$)", out.getvalue(), re.MULTILINE))
+    return {flag for head in heads for flag in re.findall(r"(?:^|, )(-{1,2}[a-z][\w-]*)", head)} - {"-h", "--help"}
+
+
+@pytest.mark.parametrize("command", list(build.COMMANDS))
+def test_the_recorded_flags_are_the_ones_each_command_takes(command):
+    parser, flags = build.make_parser()
+    assert set(flags) == set(build.COMMANDS)
+    assert set(flags[command]) == _help_options(parser, command)
+
+
+def test_build_py_reads_no_private_attribute():
+    """refuse_extra works from make_parser's own record, not argparse internals (._actions, ._SubParsersAction)."""
+    tree = ast.parse((REPO_ROOT / "build.py").read_text())
+    attributes = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
+    private = [f"line {n.lineno}: .{n.attr}" for n in attributes if n.attr.startswith("_") and not n.attr.endswith("__")]
+    assert private == []
+
+
+# --- what list prints is pipeline.listing's -----------------------------------------
+
+
+def test_list_prints_the_listing(matrix):
+    assert _cli("list").stdout == listing.variant_table_text(matrix) + "\n"
+    assert _cli("list", "--markdown").stdout == listing.variant_table_markdown(matrix) + "\n"
+    assert _cli("list", "--default").stdout == listing.default_variant(matrix) + "\n"
+    assert _cli("list", "--base-image", "linux/amd64").stdout == matrix.base_image_for("linux/amd64") + "\n"
+
+
+def test_the_json_has_one_entry_per_variant_and_flavor(matrix):
+    entries = json.loads(_cli("list", "--json").stdout)
+    assert [e["variant"] for e in entries] == [v.name for v in every_variant(matrix)]
+    assert sum(e["default"] for e in entries) == 1
+    assert all(set(e) == {"variant", "cuda", "torch", "flavor", "default", "platforms", "multi_arch"} for e in entries)
+
+
+def test_the_table_lists_each_line_with_its_flavors_and_ends_with_the_key(matrix):
+    text = listing.variant_table_text(matrix)
+    assert text.splitlines()[0].startswith("variant ")
+    assert text.splitlines()[-1].startswith("* default; advisories:")
+    default = listing.default_variant(matrix)
+    assert any(line.startswith(f"{default}*") for line in text.splitlines())
+    for flavored in matrix.flavored_variants():
+        assert f"note: {flavored.flavor} flavor of {flavored.base_name}: adds " in text
+
+
+def test_pin_lines(matrix):
+    name, version = matrix.packages[0]
+    assert listing.pin_lines(matrix, [name]) == f"{name}=={version}"
+    flavor = matrix.flavors[0]
+    assert listing.pin_lines(matrix, [flavor.name]).splitlines() == [f"{n}=={v}" for n, v in flavor.packages]
+    with pytest.raises(UsageError, match="--pin nope: not a package or flavor"):
+        listing.pin_lines(matrix, ["nope"])
