@@ -55,16 +55,12 @@ def test_runs_as_user(host):
     assert host.user().name == "user"
 
 
-def test_user_uid_is_1000(host):
-    assert host.user("user").uid == 1000
+def test_user_has_the_matrixs_uid_and_gid(host, matrix):
+    assert (host.user(matrix.user).uid, host.user(matrix.user).gid) == (matrix.uid, matrix.gid)
 
 
-def test_user_gid_is_100(host):
-    assert host.user("user").gid == 100
-
-
-def test_workspace_belongs_to_the_user(host):
-    assert host.file("/workspace").uid == 1000
+def test_workspace_belongs_to_the_user(host, matrix):
+    assert host.file("/workspace").uid == matrix.uid
 
 
 def test_workspace_is_group_writable_setgid(host):

@@ -158,7 +158,8 @@ def test_registry_holds_exactly_the_tested_image(run_result):
 
 
 def _derive(docker, base: str, run: str) -> str:
-    dockerfile = f"FROM {base}\nUSER 0\nRUN {run}\nUSER 1000:100\n"
+    user = load_matrix()
+    dockerfile = f"FROM {base}\nUSER 0\nRUN {run}\nUSER {user.uid}:{user.gid}\n"
     image, _ = docker.images.build(
         fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, labels={"io.proven-torch.role": "test"}
     )

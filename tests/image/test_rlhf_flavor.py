@@ -60,7 +60,7 @@ def test_the_flavor_is_validated_with_the_rlhf_gate_and_tagged_with_its_name(rlh
     assert gate["passed"] is True and gate["gain"] >= rlhf.spec()["rlhf_gate"]["min_gain"]
     assert proof["ppo"]["solved"] is True  # everything the base proves, first
     tags = [ref.rsplit(":", 1)[1] for ref in rlhf_run.tags]  # the run gives full references
-    assert tags[0].endswith("-rlhf") and tags[1:] == [f"{rlhf.torch_minor}-cu128-rlhf"]
+    assert tags[0].endswith("-rlhf") and tags[1:] == [rlhf.name]
 
 
 def test_only_the_flavors_layers_are_new_in_the_registry(rlhf_run, pipeline_run):

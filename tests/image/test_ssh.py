@@ -79,10 +79,10 @@ def test_a_login_shell_has_the_container_environment(box, keys):
     assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility"]
 
 
-def test_the_login_is_the_unprivileged_user(box, keys):
+def test_the_login_is_the_unprivileged_user(box, keys, matrix):
     _, port, _ = box
     result = ssh(port, keys["key"], keys["known_hosts"], "id -u; id -un; pwd")
-    assert result.stdout.split() == ["1000", "user", "/home/user"], result.stderr
+    assert result.stdout.split() == [str(matrix.uid), matrix.user, f"/home/{matrix.user}"], result.stderr
 
 
 def test_scp_copies_into_workspace(box, keys, tmp_path):
@@ -213,11 +213,11 @@ def test_public_key_file_is_read(docker, image, keys):
         assert result.stdout == "in\n", result.stderr
 
 
-def test_a_mounted_authorized_keys_file_is_used(docker, image, keys, tmp_path):
+def test_a_mounted_authorized_keys_file_is_used(docker, image, keys, tmp_path, matrix):
     authorized = tmp_path / "authorized_keys"
     authorized.write_text(keys["public"] + "\n")
     authorized.chmod(0o600)
-    os.chown(authorized, 1000, 100)
+    os.chown(authorized, matrix.uid, matrix.gid)
     mounts = {str(authorized): {"bind": "/home/user/.ssh/authorized_keys", "mode": "ro"}}
     with TrackedContainer(docker, image, command=["sshd"], volumes=mounts) as container:
         container.start(ports=(2222,))

@@ -1,0 +1,30 @@
+"""The host's virtual environment runs ppo_bench's unit tests against the image's own versions of the
+packages ppo_bench uses: the default line's lock is the source (scripts/host-venv.sh installs from it)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+
+import pytest
+
+from pipeline.variants import REPO_ROOT
+
+pytestmark = pytest.mark.unit
+
+SHARED = ("numpy", "matplotlib", "tensorboard", "tqdm", "gymnasium")
+
+
+def locked_versions(line: str) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for path in sorted((REPO_ROOT / "images" / "locks" / line / "amd64").glob("*.txt")):
+        pins.update(re.findall(r"^([A-Za-z0-9_.-]+)==([^ \\\n]+)", path.read_text(), flags=re.M))
+    return pins
+
+
+@pytest.mark.parametrize("package", SHARED)
+def test_the_host_runs_the_images_version(package, matrix):
+    default = next(v.name for v in matrix.variants if v.is_default)
+    want = locked_versions(default)[package]
+    have = importlib.metadata.version(package)
+    assert have == want, f"host {package} {have}, the image's lock {want}: rerun scripts/host-venv.sh"
