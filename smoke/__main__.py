@@ -1,7 +1,6 @@
 """python -m smoke: see smoke/cli.py."""
 
-import sys
-
 from smoke.cli import main
+from smoke.procs import exit_now
 
-sys.exit(main())
+exit_now(main())  # out right after the summary, whatever is left of its own (see smoke/proof.py)

@@ -23,7 +23,6 @@ from smoke import facts, procs, rules
 from smoke.expect import BAKED_SPEC
 from smoke.procs import free_port, package_env
 
-DIST_TIMEOUT_S = 120.0
 STDERR_TAIL = 1500
 
 
@@ -276,8 +275,8 @@ def tail(text: str, limit: int = STDERR_TAIL) -> str:
 
 def run_distributed(backend: str, nproc: int, timeout: float | None = None) -> Outcome:
     """all_reduce/broadcast/all_gather over `backend` with `nproc` ranks, launched by torchrun
-    (within DIST_TIMEOUT_S, scaled under emulation)."""
-    timeout = facts.deadline(DIST_TIMEOUT_S) if timeout is None else timeout
+    (within "distributed" in facts.DEADLINES, scaled under emulation; each rank gets half of it)."""
+    timeout = facts.wait_for("distributed") if timeout is None else timeout
     env = package_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     if backend == "gloo":
@@ -289,7 +288,7 @@ def run_distributed(backend: str, nproc: int, timeout: float | None = None) -> O
         with tempfile.TemporaryDirectory(prefix="smoke-dist-") as out_dir:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc)]
             cmd += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
-            cmd += ["-m", "smoke.dist_worker", "--backend", backend, "--out", out_dir, "--timeout", str(max(10.0, timeout / 2))]
+            cmd += ["-m", "smoke.dist_worker", "--backend", backend, "--out", out_dir, "--timeout", str(timeout / 2)]
             last = procs.run_bounded(cmd, timeout, env=env, grace=0)
             records = [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("rank*.json"))]
         if last.returncode is None:
@@ -424,32 +423,40 @@ def check_compile(ctx: Context) -> Outcome:
 # --------------------------------------------------------------------------- 7. shm
 
 
-def dataloader_roundtrip(pin_memory: bool, workers: int = 2) -> str:
-    """Iterate a tiny dataset through worker processes (shared memory); '' when the data came through intact."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
+def shm_roundtrip(pin_memory: bool, workers: int = 2, timeout: float | None = None) -> str:
+    """The DataLoader round trip (smoke.shm_worker) in a child of its own, within `timeout` seconds
+    (None: "shm" in facts.DEADLINES, scaled under emulation), its DataLoader waiting half of that for
+    any one batch; '' when the data came through intact, else the problem in one line.
 
-    data = torch.arange(64 * 3 * 64 * 64, dtype=torch.float32).reshape(64, 3, 64, 64)
-    labels = torch.arange(64)
-    loader = DataLoader(TensorDataset(data, labels), batch_size=8, num_workers=workers, pin_memory=pin_memory, timeout=60)
-    seen, total = 0, 0.0
-    for batch, idx in loader:
-        if pin_memory and not batch.is_pinned():
-            return "pin_memory=True but the batch is not pinned"
-        if not torch.equal(batch, data[idx]):
-            return f"batch for indices {idx.tolist()} came back corrupted"
-        seen += len(idx)
-        total += float(batch.double().sum())
-    if seen != len(data) or total != float(data.double().sum()):
-        return f"saw {seen}/{len(data)} samples"
-    return ""
+    In a child because a DataLoader can hang: a worker forked while another thread held a lock
+    blocks on it for good, and whoever waits on that worker (the DataLoader's teardown, the
+    interpreter's exit) with it. At the deadline the child and its workers are stopped.
+    """
+    timeout = facts.wait_for("shm") if timeout is None else timeout
+    cmd = [sys.executable, "-m", "smoke.shm_worker", "--workers", str(workers), "--timeout", str(timeout / 2)]
+    cmd += ["--pin-memory"] if pin_memory else []
+    # cwd: a smoke/ folder in the caller's working directory cannot shadow this one (python -m looks there first)
+    done = procs.run_bounded(cmd, timeout, env=package_env(), cwd=str(procs.PACKAGE_ROOT))
+    reply = None
+    for line in reversed(done.stdout.splitlines()):
+        try:
+            reply = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if isinstance(reply, dict) and isinstance(reply.get("problem"), str):
+        return reply["problem"]
+    if done.returncode is None:
+        return f"no answer within {timeout:.0f} s (stopped)"
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return f"its child (python -m smoke.shm_worker) exited {done.returncode} without an answer: {last}"
 
 
 def check_shm(ctx: Context) -> Outcome:
     """A DataLoader with 2 worker processes (and pinned memory with CUDA) moves data intact; /dev/shm is big enough."""
     size = ctx.facts.get("shm_bytes")
     pin = ctx.cuda_ok
-    problem = dataloader_roundtrip(pin_memory=pin)
+    problem = shm_roundtrip(pin_memory=pin)
     where = f"/dev/shm {rules.human_bytes(size)}"
     if problem:
         advice = rules.shm_advice(size)

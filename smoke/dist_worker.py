@@ -16,6 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+from smoke import facts
+
 SIZE = 1024  # elements per tensor: large enough to take the real transport path, small enough to be instant
 
 
@@ -52,7 +54,7 @@ def bounded(rank: int, what: str, timeout: float, run) -> None:
         ) from None
 
 
-def run_collectives(torch, dist, device, timeout: float = 60.0) -> dict[str, list[float]]:
+def run_collectives(torch, dist, device, timeout: float) -> dict[str, list[float]]:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     t = torch.full((SIZE,), float(rank + 1), device=device)
@@ -79,8 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     parser.add_argument("--out", required=True, help="directory for rank<R>.json")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds for init and each collective")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help='seconds for init and each collective (default: half of "distributed" in smoke.facts.DEADLINES, scaled under emulation)',
+    )
     args = parser.parse_args(argv)
+    if args.timeout is None:
+        args.timeout = facts.wait_for("distributed") / 2
 
     import torch
     import torch.distributed as dist
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = verify(rank, world, observed)
     except CollectiveFailed as err:
         observed, problems = {}, [str(err)]
-    teardown = tear_down(dist, min(args.timeout, TEARDOWN_S))
+    teardown = tear_down(dist, min(args.timeout, facts.wait_for("dist_teardown")))
     record = {
         "rank": rank,
         "world": world,
@@ -120,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         os._exit(1 if problems else 0)
     return 1 if problems else 0
-
-
-TEARDOWN_S = 10.0
 
 
 def tear_down(dist, timeout: float) -> str:

@@ -21,12 +21,15 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, NoReturn, TextIO
+
+from smoke import facts
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds smoke/, ppo_bench/, rlhf_bench/
 
@@ -76,16 +79,50 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def stop_tree(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM `proc` and every process below it, SIGKILL what is left after `grace` seconds; reap `proc`."""
-    tree = [proc.pid, *descendants(proc.pid)]
+def _stop(root: int, tree: list[int], grace: float) -> list[int]:
+    """SIGTERM `tree`, SIGKILL it and what `root` started meanwhile once all are gone or `grace` seconds passed."""
     _signal_all(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(alive(pid) for pid in tree):
-        time.sleep(0.1)
-    tree += [pid for pid in descendants(proc.pid) if pid not in tree]  # started meanwhile
+        time.sleep(0.1)  # a poll, not a wait: the grace is the wait
+    tree += [pid for pid in descendants(root) if pid not in tree]  # started meanwhile
     _signal_all(tree, signal.SIGKILL)
+    return tree
+
+
+def stop_tree(proc: subprocess.Popen, grace: float | None = None) -> None:
+    """SIGTERM `proc` and every process below it, SIGKILL what is left after `grace` seconds
+    (None: "stop_grace" in facts.DEADLINES); reap `proc`."""
+    grace = facts.wait_for("stop_grace") if grace is None else grace
+    _stop(proc.pid, [proc.pid, *descendants(proc.pid)], grace)
     proc.wait()
+
+
+def stop_descendants(grace: float | None = None) -> list[int]:
+    """SIGTERM every process below this one, SIGKILL what is left after `grace` seconds
+    (None: "quick_stop" in facts.DEADLINES); the pids it found (none: it returns at once)."""
+    grace = facts.wait_for("quick_stop") if grace is None else grace
+    tree = descendants(os.getpid())
+    return _stop(os.getpid(), tree, grace) if tree else []
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with `code` at once, after stopping every process below it (stop_descendants).
+
+    For a command's entry point, after its last word: nothing of its own can keep it alive past
+    that, not a DataLoader worker blocked on a lock, a non-daemon thread, nor an atexit hook
+    (multiprocessing's joins its children) waiting on either. Output is flushed first; main()
+    stays an ordinary function that returns its code, for tests that call it in-process.
+    """
+    try:
+        stop_descendants()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed, or a reader that went away
+                pass
+        os._exit(code)
 
 
 @dataclass(frozen=True)
@@ -104,16 +141,18 @@ def run_bounded(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     output: str | Callable[[str], None] | IO | None = "capture",
-    grace: float = 10.0,
+    grace: float | None = None,
 ) -> Finished:
     """Run `cmd` in a session of its own and wait at most `timeout` seconds.
 
     `output`: "capture" (stdout and stderr apart, in the Finished), a function (called with
     each line of stdout and stderr together, as it comes), an open file (stdout and stderr
     go there), or None (inherited). At the deadline the command and every process it
-    started get SIGTERM, SIGKILL after `grace` seconds, and returncode is None; an error or
-    Ctrl-C while waiting stops them too, before it propagates.
+    started get SIGTERM, SIGKILL after `grace` seconds (None: "stop_grace" in facts.DEADLINES),
+    and returncode is None; an error or Ctrl-C while waiting stops them too ("quick_stop"),
+    before it propagates.
     """
+    grace = facts.wait_for("stop_grace") if grace is None else grace
     if output == "capture":
         streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     elif callable(output):
@@ -146,7 +185,7 @@ def run_bounded(
         timer.cancel()
         timer.join()  # a stop at the deadline finishes before this returns
         if proc.poll() is None:  # an error or Ctrl-C here: leave nothing running
-            stop_tree(proc, grace=2.0)
+            stop_tree(proc, grace=facts.wait_for("quick_stop"))
     return Finished(None if stopped.is_set() else proc.returncode, out, err)
 
 

@@ -294,11 +294,31 @@ def test_small_shm_passes_with_a_warning(host_facts, monkeypatch):
 
 def test_broken_dataloader_fails_with_shm_advice(host_facts, monkeypatch):
     monkeypatch.setattr(
-        checks, "dataloader_roundtrip", lambda pin_memory, workers=2: "DataLoader worker (pid 7) is killed by signal: Bus error"
+        checks,
+        "shm_roundtrip",
+        lambda pin_memory, workers=2, timeout=None: "RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error",
     )
     outcome = checks.check_shm(ctx_for(host_facts, shm_bytes=64 * 1024 * 1024))
     assert outcome.status == "fail"
     assert "Bus error" in outcome.detail and "--shm-size" in outcome.detail
+
+
+def test_the_dataloader_runs_in_a_child_that_answers_in_one_json_line(monkeypatch):
+    """What the child says is the check's problem; a child that crashes is named with its last stderr line."""
+    seen = {}
+
+    def bounded(cmd, timeout, **kwargs):
+        seen.update(cmd=cmd, timeout=timeout, **kwargs)
+        return procs.Finished(0, 'a warning\n{"problem": "batch for indices [0] came back corrupted"}\n', "")
+
+    monkeypatch.setattr(procs, "run_bounded", bounded)
+    assert checks.shm_roundtrip(pin_memory=True, timeout=30) == "batch for indices [0] came back corrupted"
+    assert seen["cmd"][1:] == ["-m", "smoke.shm_worker", "--workers", "2", "--timeout", "15.0", "--pin-memory"]
+    assert seen["timeout"] == 30 and seen["cwd"] == str(procs.PACKAGE_ROOT) and "PYTHONPATH" in seen["env"]
+    monkeypatch.setattr(procs, "run_bounded", lambda cmd, timeout, **kwargs: procs.Finished(1, "", "Traceback\nImportError: x"))
+    assert checks.shm_roundtrip(pin_memory=False, timeout=30) == (
+        "its child (python -m smoke.shm_worker) exited 1 without an answer: ImportError: x"
+    )
 
 
 def test_a_noexec_temp_folder_is_named_before_inductor_fails_deep_inside(monkeypatch, tmp_path):
