@@ -4,6 +4,8 @@
 # Longer work, for the release workflow or by hand:
 #   make matrix  build and prove every line this host can build, one after another
 #                (LINES="2.4-cu121 2.15-cu132" for some; each image removed after its proof)
+#   make lines   the other lines CI leaves out (the CUDA 12.1 line through `--cuda 12.1 --push`, the
+#                newest torch line) and the default image pushed whole with zstd; weekly (lines.yml)
 #   make arm64   the first multi-arch line for amd64 and arm64 (arm64 under qemu), proven,
 #                pushed to the test registry as one index, and checked (tests/image/test_arm64.py;
 #                about an hour on 2 cores, so not in `make test`)
@@ -21,7 +23,7 @@ SHELL_FILES := container/start.sh container/profile.sh container/proof scripts/*
 
 LINES ?=
 
-.PHONY: image test unit lint bench-build matrix arm64
+.PHONY: image test unit lint bench-build matrix lines arm64
 
 image:
 	bash scripts/prepare-host.sh
@@ -29,7 +31,7 @@ image:
 
 test:
 	bash scripts/prepare-host.sh --test-tools
-	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "not gpu and not arm64" $(PYTEST_ARGS)
+	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "not gpu and not arm64 and not lines" $(PYTEST_ARGS)
 
 unit:
 	$(PYTHON) -m pytest -m "unit and not process" $(PYTEST_ARGS)
@@ -40,11 +42,17 @@ lint:
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 	.venv/bin/shellcheck $(SHELL_FILES)
+	.venv/bin/actionlint
+	.venv/bin/zizmor --offline --no-progress .github/workflows
 	$(PYTHON) -m pytest -m unit tests/unit/test_dockerfile_lint.py tests/unit/test_lint.py
 
 matrix:
 	bash scripts/prepare-host.sh
 	$(PYTHON) build.py matrix $(foreach l,$(LINES),--line $(l)) $(CA_FLAG)
+
+lines:
+	bash scripts/prepare-host.sh --test-tools
+	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m lines $(PYTEST_ARGS)
 
 arm64:
 	bash scripts/prepare-host.sh --test-tools --arm64

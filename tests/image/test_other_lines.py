@@ -1,4 +1,5 @@
-"""The other lines CI proves beside the default one, each through the exact command a user
+"""The other lines `make lines` proves beside the default one (weekly, lines.yml; CI builds the default
+line alone), each through the exact command a user
 types (`python build.py --cuda X --push --registry ... --allow-cpu-validation`): the CUDA 12.1
 line `--cuda 12.1` builds (from PyPI alone: on these machines PyTorch's index is out of reach),
 and the newest torch line. Each is built, validated, tagged and pushed like the default line;
@@ -17,7 +18,7 @@ from pipeline.render import AdvisoryInputs, advisories_section
 from pipeline.variants import REPO_ROOT, resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.lines]
 
 
 def _release(variant) -> tuple[int, ...]:

@@ -57,3 +57,15 @@ def test_the_github_workflows_follow_the_workflow_schema():
         *sorted(str(p) for p in (REPO_ROOT / ".github" / "workflows").glob("*.yml")),
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_is_clean():
+    """Every workflow passes actionlint (.github/actionlint.yaml names the self-hosted runners' labels)."""
+    done = run(tool("actionlint"), "-no-color")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_zizmor_is_clean():
+    """zizmor's security audits (pinned actions, no template injection, least permissions, no persisted credentials)."""
+    done = run(tool("zizmor"), "--offline", "--no-progress", ".github/workflows")
+    assert done.returncode == 0, done.stdout + done.stderr
