@@ -319,6 +319,38 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp
     assert {t for i in docker.images.list() for t in i.tags} == before
 
 
+def test_ctrl_c_during_build_py_matrix_exits_130_and_starts_no_further_line(docker, image, matrix, variant, tmp_path):
+    """`build.py matrix` used to record Ctrl-C as a failed line and start the next one, ending with 5."""
+    other = next(v for v in matrix.variants if v.uses_pypi and v.name != variant.name)
+    before = {t for i in docker.images.list() for t in i.tags}
+    argv = [*_build_py("matrix", "--line", variant.name, "--line", other.name, "--report-dir", str(tmp_path))]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:  # the default line's build is cached: wait until its validation runs
+        seen.append(line)
+        if "==> proof:" in line or time.monotonic() > deadline:
+            break
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out, err = proc.communicate(timeout=120)
+    seen.append(out)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"build.py: matrix stopped in {variant.name}: interrupted during"), last
+    assert "nothing was pushed" in last
+    assert f"==> matrix: {other.name}" not in "".join(seen)
+    assert {t for i in docker.images.list() for t in i.tags} == before
+
+
 def _copy_context(dest):
     """A copy of the build context, to change without touching the checkout."""
     for folder in ("container", "smoke", "ppo_bench", "rlhf_bench", "notebooks", "images/locks", "images/expect"):
