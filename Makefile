@@ -31,7 +31,7 @@ image:
 
 test:
 	bash scripts/prepare-host.sh --test-tools
-	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m "not gpu and not arm64 and not lines" $(PYTEST_ARGS)
+	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 unit:
 	$(PYTHON) -m pytest -m "unit and not process" $(PYTEST_ARGS)
