@@ -13,7 +13,10 @@
                  registry's HTTP API, the SBOM beside the image)
     run          the stages in that order, for one BuildConfig
     matrix       run for every line this host can build, one after another (build.py matrix)
+    listing      what `build.py list` prints: the table, the README's Markdown, CI's JSON
 
 Helpers: containers (the one way to run a program in a container of an image),
-docker_env (the daemon and the BuildKit CLI), errors (typed errors with exit codes).
+hostprocs (the one way to run a program on the host: a deadline from one table, the whole
+process tree stopped; the one place Ctrl-C becomes Interrupted), docker_env (the daemon
+and the BuildKit CLI), errors (typed errors with exit codes).
 """
