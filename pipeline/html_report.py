@@ -273,3 +273,8 @@ def write_index(report_dir: Path) -> Path:
         + "</table></body></html>"
     )
     return index
+
+
+def rebuild_index(report_dir: Path) -> list[str]:
+    """`build.py report`: every report's page and the index, written again; the line to print."""
+    return [f"wrote {write_index(report_dir)}"]

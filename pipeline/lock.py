@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pipeline import hostprocs
 from pipeline.errors import BuildFailed, UsageError
-from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
+from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, arch, resolve
 from smoke.rules import normalize_name
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
@@ -228,3 +228,31 @@ def lock_statuses(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> l
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
     """Every platform of the line has its lock files (a multi-arch line is locked for all, or is not locked)."""
     return all((lock_dir(variant, root, p) / file).exists() for p in variant.platforms for file, _ in layers(variant))
+
+
+def check_locks(matrix: Matrix) -> int:
+    """`build.py lock --check`, offline: print every line's lock state on each platform; UsageError naming the stale ones."""
+    statuses = [s for v in [*matrix.variants, *matrix.flavored_variants()] for s in lock_statuses(matrix, v)]
+    for status in statuses:
+        print(f"{status.variant} ({arch(status.platform)}): {status.state}")
+    stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]
+    if stale:
+        raise UsageError(
+            f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"
+        )
+    return 0
+
+
+def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | None) -> int:
+    """`build.py lock --cuda ...`: resolve the line once per platform and write its lock, then render again (the
+    Dockerfiles and specs follow the lock); prints each step and each file written as it goes."""
+    from pipeline.render import render_all, wrote  # render imports this module
+
+    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
+    for platform in variant.platforms:
+        print(f"==> resolving {variant.name} for {platform} with uv against {variant.index}", flush=True)
+        for line in wrote(write_lock(matrix, variant, compile_lock(matrix, variant, platform), platform=platform)):
+            print(line)
+    for line in wrote(render_all(matrix)):
+        print(line)
+    return 0

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import build_image, docker_env
-from pipeline.errors import Interrupted, PipelineError, UsageError
+from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.html_report import line_reports
-from pipeline.variants import Matrix, Variant, pypi_alternatives
+from pipeline.run import BuildConfig
+from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives, resolve
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,38 @@ def write_summary(rows: list[LineResult], report_dir: Path, host: str) -> tuple[
     )
     (out / "summary.md").write_text(markdown(rows, host, f"{now:%Y-%m-%d}"))
     return out / "summary.md", out / "summary.json"
+
+
+def run_and_summarize(
+    matrix: Matrix,
+    names: list[str] | None,
+    keep: bool,
+    *,
+    report_dir: Path,
+    ca_cert: Path | None = None,
+    advisories: Path | None = None,
+    verbose: bool = False,
+) -> int:
+    """`build.py matrix`: every chosen line built and proven in turn (no push), the summary written and
+    printed; ValidationFailed (exit 5) naming the lines that failed."""
+    from smoke.proof import host_cpu  # the in-image proof's module: only this command needs it
+
+    base = BuildConfig(
+        matrix=matrix,
+        variant=resolve(matrix, None),
+        repo=matrix.name,
+        push=False,
+        allow_cpu_validation=True,
+        ca_cert=ca_cert,
+        advisories=advisories,
+        report_dir=report_dir,
+        verbose=verbose,
+    )
+    rows = run_matrix(matrix, base, names, keep)
+    md, js = write_summary(rows, report_dir, host_cpu())
+    print(markdown(rows, host_cpu(), "today"), end="")
+    print(f"==> matrix summary: {md.relative_to(REPO_ROOT) if md.is_relative_to(REPO_ROOT) else md} and {js.name}")
+    failed = [r.line for r in rows if r.status == "failed"]
+    if failed:
+        raise ValidationFailed(f"matrix: {', '.join(failed)} failed; see {md}")
+    return 0

@@ -15,10 +15,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.errors import UsageError
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
 from pipeline.variants import REPO_ROOT, Matrix, Variant, cuda_tag
 
@@ -289,3 +291,20 @@ def stale_files(matrix: Matrix, root: Path = REPO_ROOT, variants: list[Variant] 
             if not path.exists() or path.read_text() != text:
                 stale.append(path)
     return stale
+
+
+def wrote(paths: Iterable[Path]) -> list[str]:
+    """'wrote images/...': one line per file written, named from the repository's root."""
+    return [f"wrote {path.relative_to(REPO_ROOT)}" for path in paths]
+
+
+def render_or_check(matrix: Matrix, check: bool) -> list[str]:
+    """`build.py render`: write every Dockerfile and spec, or with `check` write nothing and raise
+    UsageError naming the committed files that are stale; the lines to print."""
+    if not check:
+        return wrote(render_all(matrix))
+    stale = stale_files(matrix)
+    if stale:
+        names = ", ".join(p.name for p in stale)
+        raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
+    return [f"Dockerfiles and specs up to date ({len(matrix.variants)} variants)"]

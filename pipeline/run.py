@@ -15,7 +15,7 @@ from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFa
 from pipeline.report import write_report
 from pipeline.validate import Validation
 from pipeline.validation import audit
-from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
+from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, arch, resolve
 
 
 @dataclass(frozen=True)
@@ -465,3 +465,55 @@ def run(config: BuildConfig) -> RunResult:
         gpu=tagged.validation.gpu,
         index=index,
     )
+
+
+def build_line(
+    matrix: Matrix,
+    cuda: str | None,
+    torch: str | None,
+    flavor: str | None,
+    platform: str,
+    *,
+    repo: str | None = None,
+    push: bool = False,
+    registry: str | None = None,
+    compression: str = "gzip",
+    hold_moving_tags: bool = False,
+    allow_cpu_validation: bool = False,
+    ca_cert: Path | None = None,
+    advisories: Path | None = None,
+    report_dir: Path = REPO_ROOT / "reports",
+    verbose: bool = False,
+) -> list[str]:
+    """`build.py build`: run the line the flags name (the matrix's first torch line of the CUDA line, said
+    so, unless `torch` picks one; platform "all": each platform of the line); the '==> done' lines to print.
+    repo None: the matrix's name."""
+    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
+    others = [v for v in matrix.variants if v.cuda == variant.cuda and v.name != variant.base_name]
+    if others and torch is None:
+        print(
+            f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
+            f"{variant.name} (the matrix's first); --torch {others[0].torch_minor} builds {others[0].name}",
+            flush=True,
+        )
+    platforms = variant.platforms if platform == "all" else (platform,)
+    config = BuildConfig(
+        matrix=matrix,
+        variant=variant,
+        repo=repo or matrix.name,
+        platforms=platforms,
+        push=push,
+        registry=registry,
+        compression=compression,
+        hold_moving_tags=hold_moving_tags,
+        allow_cpu_validation=allow_cpu_validation,
+        ca_cert=ca_cert,
+        advisories=advisories,
+        report_dir=report_dir,
+        verbose=verbose,
+    )
+    result = run(config)
+    lines = ["==> done: " + ", ".join(result.tags) + (" (pushed)" if result.pushed else "")]
+    if result.index:
+        lines.append("==> multi-arch: " + ", ".join(f"{ref} ({digest[:19]})" for ref, digest in result.index.items()))
+    return lines

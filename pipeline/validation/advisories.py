@@ -167,3 +167,15 @@ def write_snapshot(source_path: Path, source: str, as_of: str | None = None, out
     }
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return data_path, meta_path
+
+
+def refresh_snapshot(from_dir: Path | None, source: str, as_of: str | None) -> list[str]:
+    """`build.py advisories --from DIR|ZIP`: rewrite the committed snapshot; the lines to print (the files
+    written, then what the snapshot now holds, read back)."""
+    if from_dir is None:
+        raise UsageError(
+            "advisories needs --from DIR|ZIP: a checkout of pypa/advisory-database, a folder of OSV records or osv.dev's PyPI/all.zip"
+        )
+    written = [f"wrote {path.relative_to(REPO_ROOT)}" for path in write_snapshot(from_dir, source, as_of)]
+    database = load_snapshot()
+    return [*written, f"{len(database.records)} records from {database.source}, as of {database.as_of}"]

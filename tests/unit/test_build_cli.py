@@ -158,3 +158,69 @@ def test_pin_lines(matrix):
     assert listing.pin_lines(matrix, [flavor.name]).splitlines() == [f"{n}=={v}" for n, v in flavor.packages]
     with pytest.raises(UsageError, match="--pin nope: not a package or flavor"):
         listing.pin_lines(matrix, ["nope"])
+
+
+# --- build.py parses and dispatches; the commands' bodies are in pipeline/ -----------
+
+
+def test_build_py_is_thin():
+    """The issue's bound: parsing and dispatch only; texts, tables and the commands' work live in pipeline/."""
+    assert len((REPO_ROOT / "build.py").read_text().splitlines()) <= 250
+
+
+def _fake_run(seen: list, tmp_path, fail: tuple[str, ...] = ()):
+    """pipeline.run.run without Docker: records each config; a line in `fail` fails its proof."""
+    from pipeline.errors import ValidationFailed
+    from pipeline.run import RunResult
+
+    def fake_run(config):
+        seen.append(config)
+        if config.variant.name in fail:
+            raise ValidationFailed(f"{config.variant.name} failed its proof")
+        report = tmp_path / f"{config.variant.name}.json"
+        report.write_text(json.dumps({"build_seconds": 12.5}))
+        tags = [f"{config.repo}:{config.variant.name}"]
+        return RunResult("sha256:v", "sha256:s", tags, {tags[0]: "sha256:d"} if config.push else {}, report, gpu=False)
+
+    return fake_run
+
+
+def test_build_hands_every_flag_to_the_run_and_prints_its_done_line(matrix, tmp_path, monkeypatch, capsys):
+    seen: list = []
+    monkeypatch.setattr("pipeline.run.run", _fake_run(seen, tmp_path))
+    line = matrix.variants[0]
+    argv = ["--cuda", line.cuda, "--torch", line.torch_minor, "--push", "--registry", "localhost:5000", "--repo", "me/pt"]
+    argv += ["--compression", "zstd", "--hold-moving-tags", "--allow-cpu-validation", "--report-dir", str(tmp_path), "-v"]
+    assert build.main(argv) == 0
+    [config] = seen
+    assert config.variant.name == line.name and config.platforms == ("linux/amd64",) and config.repo == "me/pt"
+    assert (config.push, config.registry, config.compression, config.hold_moving_tags) == (True, "localhost:5000", "zstd", True)
+    assert config.allow_cpu_validation and config.verbose and config.report_dir == tmp_path
+    assert capsys.readouterr().out == f"==> done: me/pt:{line.name} (pushed)\n"
+
+
+def test_matrix_prints_its_summary_and_exits_5_naming_the_failed_line(matrix, tmp_path, monkeypatch, capsys):
+    pypi = [v.name for v in matrix.variants if v.uses_pypi][:2]
+    seen: list = []
+    monkeypatch.setattr("pipeline.run.run", _fake_run(seen, tmp_path / "runs", fail=(pypi[1],)))
+    (tmp_path / "runs").mkdir()
+    argv = ["matrix", "--line", pypi[0], "--line", pypi[1], "--keep", "--report-dir", str(tmp_path / "reports")]
+    assert build.main(argv) == 5
+    assert [c.variant.name for c in seen] == pypi and not any(c.push for c in seen)
+    out, err = capsys.readouterr()
+    [md] = (tmp_path / "reports" / "matrix").glob("*/summary.md")
+    assert out.startswith(f"==> matrix: {pypi[0]} (") and "\nMatrix run on " in out
+    assert f"| {pypi[0]} | " in out and f"| {pypi[1]} | " in out and "proven (CPU only)" in out
+    assert out.endswith(f"==> matrix summary: {md} and summary.json\n")
+    assert err == f"build.py: matrix: {pypi[1]} failed; see {md}\n"
+
+
+def test_a_keyboardinterrupt_outside_a_run_says_interrupted_and_claims_nothing(monkeypatch, capsys):
+    """The pipeline's own Interrupted says what was tagged or pushed; main cannot know, so it does not say."""
+
+    def interrupted(matrix, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "dispatch", interrupted)
+    assert build.main(["list"]) == 130
+    assert capsys.readouterr().err == "build.py: interrupted\n"

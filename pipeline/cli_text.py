@@ -1,0 +1,63 @@
+"""build.py's texts: each command's one-line summary, each flag's help, and the epilog that lists
+the commands and the exit codes under every `--help`. Data only: build.py builds the parser from them."""
+
+from __future__ import annotations
+
+from pipeline.errors import EXIT_CODES
+
+COMMANDS = {
+    "build": "build, validate, tag and optionally push one line (the default command)",
+    "list": "show the variant matrix: pins, how each line builds, what it carries",
+    "render": "write the Dockerfiles (one per CUDA line) and specs from images/ (--check: fail on drift)",
+    "lock": "resolve a line's hash-locked requirements with uv into images/locks/ (--check: offline staleness)",
+    "report": "rebuild the HTML pages and reports/index.html from every report.json under --report-dir",
+    "advisories": "rewrite the audit's advisory snapshot in images/advisories/ from --from DIR|ZIP",
+    "matrix": "build and prove every line this host can build, one after another, and write one summary table",
+}
+EPILOG = (
+    "commands (python build.py COMMAND --help):\n"
+    + "\n".join(f"  {name:<11} {text}" for name, text in COMMANDS.items())
+    + "\n\nexit codes:\n"
+    + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
+)
+HELP = {  # every flag's help, the same for each command that takes it
+    "--debug": "show the traceback of an unexpected error",
+    "--cuda": "CUDA line, e.g. 12.8 or cu128 (default: the matrix's default_cuda); where it has several torch lines, the first listed unless --torch picks "
+    "another",
+    "--torch": "torch version to require, e.g. 2.9; refused with a clear message when that torch has no build for the CUDA line (default: the torch the "
+    "matrix pins for the line)",
+    "--flavor": "base (default), or a flavor of [flavors] in images/variants.toml, e.g. rlhf (transformers, TRL, accelerate, PEFT on top of the base image; "
+    "tags end in -rlhf)",
+    "--push": "push the validated image (all its tags) to --registry (default: Docker Hub naming)",
+    "--compression": "with --push: how layers are compressed in the registry. gzip (default): every runtime pulls it; zstd: smaller and faster to unpack, "
+    "for Docker 23+, containerd 1.5+ (Kubernetes) and podman, not Docker 20.10 (needs skopeo); both: the tags stay gzip and each also gets a zstd form, "
+    "TAG-zstd",
+    "--hold-moving-tags": "with --push: push the immutable tag only and record the moving ones (e.g. latest) in report.json (push.held_tags), for a release "
+    "that moves them after a GPU proof of the pushed digest",
+    "--platform": "the platform to build and validate (default: %(default)s); linux/arm64 runs under qemu on an amd64 host (scripts/prepare-host.sh --arm64) "
+    "for the lines that list it (build.py list); all: every platform of the line, and with --push one multi-arch index under the line's tags",
+    "--registry": "registry to push to, e.g. localhost:5000 (with --push)",
+    "--repo": "repository name of the image (default: the matrix's project name)",
+    "--ca-cert": "PEM bundle pip inside the build trusts (a TLS-intercepting proxy's CA); passed as a BuildKit secret, never stored in a layer (default: "
+    "$BUILD_CA_CERT)",
+    "--advisories": "OSV advisory records for PyPI (a folder, osv.dev's PyPI/all.zip or a .jsonl.gz) to audit the image's Python packages offline; "
+    "high/critical findings fail validation unless in images/audit-allowlist.toml (default: $ADVISORY_DB, else the committed snapshot in images/advisories/)",
+    "--verbose": "stream every build line, not only the steps",
+    "--allow-cpu-validation": "on a host without a GPU, allow --push of an image validated on the CPU only (the report and the label "
+    "io.proven-torch.gpu-validated say false)",
+    "--report-dir": "where reports go (default: reports/)",
+    "--check": "fail (exit 2) when a committed file is stale",
+    "--markdown": "print the table as Markdown (the README's)",
+    "--json": "print the matrix as JSON (what CI's workflows read)",
+    "--default": "print the default variant's name (what scripts build)",
+    "--base-image": "print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture name), what scripts/prepare-host.sh "
+    "pulls or makes",
+    "--pin": "print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or every line of a flavor when PACKAGE "
+    "names one (rlhf); repeat it for several (the host venv shares them)",
+    "--from": "OSV records for PyPI in any form --advisories takes: a folder (.yaml/.json, e.g. a git checkout of pypa/advisory-database), osv.dev's "
+    "PyPI/all.zip, or a .jsonl.gz",
+    "--as-of": "the records' date (default: the checkout's last commit)",
+    "--source": "where the records came from, written into the snapshot (default: %(default)s)",
+    "--line": "only this line (repeat for several; default: every base line of the matrix)",
+    "--keep": "keep each image after its proof (default: remove it, to free disk)",
+}
