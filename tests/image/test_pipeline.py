@@ -294,12 +294,10 @@ def test_a_line_behind_an_unreachable_index_is_refused_at_once_naming_what_build
     assert pypi_line.uses_pypi and pypi_alternatives(matrix, behind) in last[0] and pypi_line.name in last[0]
 
 
-def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
-    before = {t for i in docker.images.list() for t in i.tags}
-    # A terminal's Ctrl-C: the default SIGINT disposition, whatever this test runner inherited (a job
-    # started with `&` by a non-interactive shell ignores SIGINT, and so would build.py).
-    proc = subprocess.Popen(
-        _build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)),
+def _start_in_a_terminal(argv: list[str]) -> subprocess.Popen:
+    """build.py as a terminal starts it, in a process group of its own that a test can send Ctrl-C to."""
+    return subprocess.Popen(
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -307,6 +305,13 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
+    before = {t for i in docker.images.list() for t in i.tags}
+    # A terminal's Ctrl-C: the default SIGINT disposition, whatever this test runner inherited (a job
+    # started with `&` by a non-interactive shell ignores SIGINT, and so would build.py).
+    proc = _start_in_a_terminal(_build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)))
     deadline = time.monotonic() + 120
     for line in proc.stdout:
         if f"==> build {variant.name}" in line or time.monotonic() > deadline:
@@ -324,15 +329,7 @@ def test_ctrl_c_during_build_py_matrix_exits_130_and_starts_no_further_line(dock
     other = next(v for v in matrix.variants if v.uses_pypi and v.name != variant.name)
     before = {t for i in docker.images.list() for t in i.tags}
     argv = [*_build_py("matrix", "--line", variant.name, "--line", other.name, "--report-dir", str(tmp_path))]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO_ROOT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = _start_in_a_terminal(argv)
     seen = []
     deadline = time.monotonic() + 300
     for line in proc.stdout:  # the default line's build is cached: wait until its validation runs
