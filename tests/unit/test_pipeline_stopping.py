@@ -79,7 +79,9 @@ def test_ctrl_c_during_a_host_command_stops_it_and_names_the_step(tmp_path):
     threading.Thread(target=interrupt_soon, daemon=True).start()
     try:
         with pytest.raises(Interrupted) as err:
-            hostprocs.run_host([sys.executable, "-c", FORKING, str(pid_file)], "docker build", what="docker build of x")
+            hostprocs.run_host(
+                [sys.executable, "-c", FORKING, str(pid_file)], "docker build", what="docker build of x", deadline=60
+            )
     finally:
         signal.signal(signal.SIGINT, inherited)
     assert str(err.value) == "interrupted during docker build of x"
