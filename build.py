@@ -10,6 +10,8 @@
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
     python build.py matrix [--line VARIANT]          build and prove every line this host can
     python build.py advisories --from DIR|ZIP        refresh the audit's advisory snapshot
+    python build.py keygen DIR                       a key pair to sign pushes with (--sign-key)
+    python build.py verify IMAGE_REF --key PUBKEY    check a pushed image's signed proof
 
 Nothing is tagged before validation passed; nothing is pushed that was not
 validated; what is pushed is the very image that was tested. This file parses
@@ -71,10 +73,16 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("build matrix", "--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP")
     add("build matrix", "-v", "--verbose", action="store_true")
     add("build", "--allow-cpu-validation", action="store_true")
+    add("build", "--sign-key", type=Path, default=None, metavar="PRIVATE_KEY")
+    add("keygen", "directory", type=Path, metavar="DIR")
+    add("verify", "image_ref", metavar="IMAGE_REF")
+    add("verify", "--key", type=Path, required=True, metavar="PUBKEY")
+    add("verify", "--require-gpu", action="store_true")
     add("build report matrix", "--report-dir", type=Path, default=REPO_ROOT / "reports")
     add("render lock", "--check", action="store_true")
     for option in ("--markdown", "--json", "--default"):
         add("list", option, action="store_true")
+    add("verify", "--json", action="store_true")
     add("list", "--base-image", metavar="PLATFORM", choices=list(PLATFORMS))
     add("list", "--pin", metavar="PACKAGE", action="append")
     add("advisories", "--from", dest="from_dir", type=Path, metavar="DIR|ZIP")
@@ -138,6 +146,14 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         from pipeline.validation.advisories import refresh_snapshot
 
         return say(refresh_snapshot(args.from_dir, args.source, args.as_of))
+    if args.command == "keygen":
+        from pipeline.signing import keygen_lines
+
+        return say(keygen_lines(args.directory))
+    if args.command == "verify":
+        from pipeline.verify import verify_and_show
+
+        return say(verify_and_show(args.image_ref, args.key, args.require_gpu, args.json))
     if args.command == "report":
         from pipeline.html_report import rebuild_index
 
@@ -156,6 +172,7 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         "compression": args.compression,
         "hold_moving_tags": args.hold_moving_tags,
         "allow_cpu_validation": args.allow_cpu_validation,
+        "sign_key": args.sign_key,
     }
     return say(build_line(matrix, args.cuda, args.torch, args.flavor, args.platform, **chosen, **shared))
 

@@ -51,8 +51,11 @@ class BuildResult:
     log_path: Path
 
 
+SOURCE = "https://github.com/proven-torch/proven-torch"  # the image's source label; provenance's builder
+
+
 def build_args(revision: str, created: str) -> dict[str, str]:
-    return {"SOURCE": "https://github.com/proven-torch/proven-torch", "REVISION": revision, "CREATED": created}
+    return {"SOURCE": SOURCE, "REVISION": revision, "CREATED": created}
 
 
 def build_command(

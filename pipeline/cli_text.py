@@ -13,6 +13,8 @@ COMMANDS = {
     "report": "rebuild the HTML pages and reports/index.html from every report.json under --report-dir",
     "advisories": "rewrite the audit's advisory snapshot in images/advisories/ from --from DIR|ZIP",
     "matrix": "build and prove every line this host can build, one after another, and write one summary table",
+    "keygen": "make an ed25519 key pair in DIR to sign pushes with (DIR/proven-torch.key, 0600) and verify them (DIR/proven-torch.pub)",
+    "verify": "check a pushed image's signed statements: signatures, subjects, the proof's result, its image; one screen (exit 0 verified, 1 not)",
 }
 EPILOG = (
     "commands (python build.py COMMAND --help):\n"
@@ -48,7 +50,7 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--report-dir": "where reports go (default: reports/)",
     "--check": "fail (exit 2) when a committed file is stale",
     "--markdown": "print the table as Markdown (the README's)",
-    "--json": "print the matrix as JSON (what CI's workflows read)",
+    "--json": "print JSON: list: the matrix (what CI's workflows read); verify: what was checked and found",
     "--default": "print the default variant's name (what scripts build)",
     "--base-image": "print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture name), what scripts/prepare-host.sh "
     "pulls or makes",
@@ -60,4 +62,10 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--source": "where the records came from, written into the snapshot (default: %(default)s)",
     "--line": "only this line (repeat for several; default: every base line of the matrix)",
     "--keep": "keep each image after its proof (default: remove it, to free disk)",
+    "--sign-key": "with --push: sign each pushed digest's statements (provenance, SBOM, test result, benchmark, vulnerabilities, VEX) with this "
+    "private key (build.py keygen) and attach them in the registry; keep it outside the checkout (default: $PROVEN_TORCH_SIGN_KEY; none: unsigned)",
+    "directory": "an empty folder for the new key pair, outside the checkout (e.g. ~/.config/proven-torch)",
+    "image_ref": "the pushed image, HOST/REPO:TAG or HOST/REPO@sha256:<hex>; a multi-arch index: every child is checked",
+    "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with",
+    "--require-gpu": "fail unless the proof ran on a GPU (a CPU-only proof's WARNED result is then not enough)",
 }

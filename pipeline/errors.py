@@ -49,6 +49,19 @@ class PushFailed(PipelineError):
     exit_code = 6
 
 
+class NotVerified(PipelineError):
+    """`build.py verify`: a signature, a subject or a result did not hold; the message names the
+    statement and why."""
+
+    exit_code = 1
+
+
+class RegistryUnreachable(PipelineError):
+    """`build.py verify`: the registry could not be reached or would not answer."""
+
+    exit_code = 6
+
+
 class Interrupted(PipelineError):
     """Ctrl-C: the running step and its processes were stopped. The message names the step
     (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.run,
@@ -59,12 +72,13 @@ class Interrupted(PipelineError):
 
 EXIT_CODES = {
     0: "success",
-    1: "unexpected internal error (a bug: please report it with the traceback from --debug)",
+    1: "verify: not verified (the line names the statement and why); any other command: an unexpected internal "
+    "error (a bug: please report it with the traceback from --debug)",
     UsageError.exit_code: "bad input: unknown CUDA line, nonexistent torch/CUDA combination, malformed matrix, missing file",
     DockerUnavailable.exit_code: "Docker daemon unreachable or no BuildKit-capable docker CLI",
     BuildFailed.exit_code: "docker build failed (network errors reaching the wheel index included)",
     ValidationFailed.exit_code: "validation failed: the image was not tagged",
-    PushFailed.exit_code: "push failed: registry unreachable or refused",
+    PushFailed.exit_code: "push failed: registry unreachable or refused (verify: the registry unreachable)",
     Interrupted.exit_code: "interrupted (Ctrl-C): the step is stopped with its processes; the message names it and "
     "what the run had already tagged or pushed (nothing is tagged before validation passed)",
 }

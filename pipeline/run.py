@@ -7,10 +7,24 @@ import hashlib
 import json
 import os
 import platform as host
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import build_image, docker_env, hostprocs, index_push, labels, push, registry, tags, validate, zstd_push
+from pipeline import (
+    attest,
+    build_image,
+    docker_env,
+    hostprocs,
+    index_push,
+    labels,
+    push,
+    registry,
+    signing,
+    tags,
+    validate,
+    zstd_push,
+)
 from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.report import write_report
 from pipeline.validate import Validation
@@ -35,6 +49,8 @@ class BuildConfig:
     report_dir: Path = REPO_ROOT / "reports"
     verbose: bool = False
     platforms: tuple[str, ...] = (AMD64,)  # build.py --platform; "all" is the line's platforms
+    sign_key: Path | None = None  # --sign-key or PROVEN_TORCH_SIGN_KEY: sign what is pushed (pipeline/attest.py)
+    command: tuple[str, ...] = ()  # the command line, for provenance (default: this process's argv)
 
 
 @dataclass(frozen=True)
@@ -88,13 +104,15 @@ class Pushed:
     """What the push did; kept apart from the validation record, which is stamped and never changes."""
 
     refs: dict[str, str]  # ref -> manifest digest
-    sbom: dict  # where the SBOM went, or why it did not (registry.push_sbom)
+    sbom: dict  # where the SBOM went, or why it did not (registry.push_sbom); signed, it is one of the statements
     compressed_bytes: dict[str, int]  # per compression pushed ("gzip", "zstd"), as the registry's manifest says
     held_tags: tuple[str, ...] = ()  # moving tags not pushed (--hold-moving-tags): a later step moves them
+    signed: tuple[dict, ...] = ()  # attest.sign_and_attach's record per pushed digest; empty: unsigned
 
     def as_dict(self) -> dict:
         return {
             "refs": self.refs,
+            "signatures": list(self.signed) if self.signed else UNSIGNED,
             "sbom": self.sbom,
             "compressed_bytes": self.compressed_bytes,
             "held_tags": list(self.held_tags),
@@ -110,6 +128,9 @@ class RunResult:
     report_path: Path
     gpu: bool
     index: dict[str, str] = field(default_factory=dict)  # multi-arch index ref -> digest
+
+
+UNSIGNED = {"signed": False, "reason": "unsigned: no --sign-key (or PROVEN_TORCH_SIGN_KEY) was given"}
 
 
 def git_revision(root: Path = REPO_ROOT) -> str:
@@ -141,6 +162,8 @@ def check_request(config: BuildConfig, gpus: int) -> None:
         zstd_push.skopeo()  # before the build, not after it
     if config.hold_moving_tags and not config.push:
         raise UsageError("--hold-moving-tags is only used with --push; add --push or drop --hold-moving-tags")
+    if config.sign_key is not None and not config.push:
+        raise UsageError("--sign-key signs what is pushed; add --push or drop --sign-key")
     if config.ca_cert is not None and not config.ca_cert.is_file():
         raise UsageError(f"--ca-cert {config.ca_cert}: no such file; pass your proxy's CA bundle (PEM)")
     check_platforms(config)
@@ -243,39 +266,80 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation, line_tags=line_tags)
 
 
-def push_all(client, tagged: Tagged, target: Target, hold_moving_tags: bool = False, compression: str = "gzip") -> Pushed:
+def push_all(
+    client,
+    tagged: Tagged,
+    target: Target,
+    hold_moving_tags: bool = False,
+    compression: str = "gzip",
+    signer: attest.Signer | None = None,
+) -> Pushed:
     """Push every tag in the chosen compression (push.push_plan: immutable tags first), or with
-    `hold_moving_tags` the immutable ones only."""
+    `hold_moving_tags` the immutable ones only. With a signer, each pushed digest gets its signed
+    statements once its immutable tag is pushed, before any moving tag moves."""
     common = dict(tags=tagged.tags, stamped_id=tagged.stamped_id)
     refs: dict[str, str] = {}
     plan = push.push_plan(compression, tagged.tags)
     to_push = [step for step in plan if step[0] == tagged.tags[0] or not hold_moving_tags]
     held = tuple(remote for _, remote, _ in plan[len(to_push) :])
+    sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
+    signed: list[dict] = []
     zstd_digest = None
     try:
         for local, remote, form in to_push:
+            if signer and local != tagged.tags[0] and not signed:  # the first moving tag: sign the immutable digests first
+                signed = sign_pushed(client, signer, tagged, target, refs, sbom_file)
             if form == "zstd":
                 zstd_digest = zstd_push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
                 refs[f"{target.ref}:{remote}"] = zstd_digest
             else:
                 refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)
+        if signer and not signed:
+            signed = sign_pushed(client, signer, tagged, target, refs, sbom_file)
     except PipelineError as err:
-        failed = Pushed(refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={})
+        failed = Pushed(
+            refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={}, signed=tuple(signed)
+        )
         target.write_report(tagged.validated_id, tagged.validation, status="validated", push=failed, error=str(err), **common)
         raise
     first_tag = to_push[0][1]
-    sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
-    sbom_where = registry.push_sbom(target.ref, first_tag, refs[f"{target.ref}:{first_tag}"], sbom_file)
+    if signed:
+        sbom_where = {"pushed": True, "signed": True, "statements": [s["statements"]["sbom"] for s in signed]}
+    else:
+        sbom_where = registry.push_sbom(target.ref, first_tag, refs[f"{target.ref}:{first_tag}"], sbom_file)
     compressed = {}
     for _, remote, form in to_push:
         if form not in compressed and (size := registry.compressed_bytes(target.ref, remote)) is not None:
             compressed[form] = size
             print(f"==> compressed size in the registry ({form}): {size / 1e9:.2f} GB", flush=True)
-    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held)
+    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held, signed=tuple(signed))
     if held:
         print(f"==> held back (not pushed): {', '.join(held)}; move them once the pushed digest is proven", flush=True)
     target.write_report(tagged.validated_id, tagged.validation, status="pushed", push=pushed, **common)
     return pushed
+
+
+def sign_pushed(
+    client, signer: attest.Signer, tagged: Tagged, target: Target, refs: dict[str, str], sbom_file: Path
+) -> list[dict]:
+    """Attach the signed statements to each digest pushed so far (the immutable tag's gzip and zstd forms)."""
+    validation = json.loads((target.run_dir / "validation.json").read_text())  # the stamped record, as pushed
+    base_image = signer.base_images.get(target.platform, "")
+    return [
+        attest.attest_image(
+            signer,
+            client,
+            target.ref,
+            digest,
+            validation,
+            tagged.stamped_id,
+            target.variant,
+            target.platform,
+            base_image,
+            sbom_file,
+        )
+        for digest in dict.fromkeys(refs.values())
+    ]
 
 
 def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
@@ -329,7 +393,9 @@ def build_and_validate(
     return target, validate_and_tag(client, built.image_id, gpus if platform == host_platform() else 0, target)
 
 
-def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms: tuple[str, ...], hold: bool) -> dict[str, str]:
+def push_line_index(
+    results: dict[str, tuple[Target, Tagged, Pushed]], platforms: tuple[str, ...], hold: bool, signer: attest.Signer | None = None
+) -> dict[str, str]:
     """The plain tags as one multi-arch index over the per-architecture images just pushed (immutable tag first)."""
     first_target, first, _ = results[platforms[0]]
     ref = first_target.ref
@@ -341,9 +407,18 @@ def push_line_index(results: dict[str, tuple[Target, Tagged, Pushed]], platforms
     }
     ordered = index_push.plan_index(platforms, children)
     line_tags = first.line_tags[:1] if hold else first.line_tags
-    index = {f"{ref}:{tag}": index_push.push_index(ref, tag, ordered) for tag in line_tags}
+    index = {f"{ref}:{line_tags[0]}": index_push.push_index(ref, line_tags[0], ordered)}
+    signed: dict = {}
+    if signer:  # before any moving tag names the index
+        about = [
+            {"platform": c.platform, "digest": c.digest, "validation": results[c.platform][1].validation.as_dict()}
+            for c in ordered
+        ]
+        signed = attest.attest_index(signer, ref, index[f"{ref}:{line_tags[0]}"], first_target.variant, about)
+    index |= {f"{ref}:{tag}": index_push.push_index(ref, tag, ordered) for tag in line_tags[1:]}
     record = {
         "index": index,
+        "signatures": signed or UNSIGNED,
         "held_tags": first.line_tags[1:] if hold else [],
         "children": [
             {
@@ -399,6 +474,10 @@ def run(config: BuildConfig) -> RunResult:
         f"CUDA {variant.cuda}, Python {variant.python}; validation on {f'{gpus} GPU(s)' if gpus else 'the CPU (no GPU on this host)'}",
         flush=True,
     )
+    key_path = signing.sign_key_path(config.sign_key)
+    key = (
+        signing.load_signing_key(key_path) if config.push and key_path is not None else None
+    )  # a bad key: refused before building
     client = docker_env.docker_client()
     cli = docker_env.find_build_cli()
     build_image.check_index_reach(config.matrix, variant, config.ca_cert)
@@ -407,6 +486,13 @@ def run(config: BuildConfig) -> RunResult:
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
+    signer = None
+    if key is not None:
+        facts = attest.run_facts(client, cli.description, list(config.command or sys.argv), revision, created, run_dir.name)
+        signer = attest.Signer(key, facts, {p: config.matrix.base_image_for(p) for p in config.platforms})
+        print(f"==> pushes are signed with key {key.keyid[:16]}… ({key.path.name})", flush=True)
+    elif config.push:
+        print("==> pushes are unsigned: pass --sign-key (or set PROVEN_TORCH_SIGN_KEY) to sign them", flush=True)
     args = build_image.build_args(revision, created)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
     done: dict[str, tuple[Target, Tagged]] = {}
@@ -431,7 +517,7 @@ def run(config: BuildConfig) -> RunResult:
                 results[platform] = (
                     target,
                     tagged,
-                    push_all(client, tagged, target, config.hold_moving_tags, config.compression),
+                    push_all(client, tagged, target, config.hold_moving_tags, config.compression, signer),
                 )
         if failed:
             first = next(iter(failed.values()))
@@ -444,7 +530,7 @@ def run(config: BuildConfig) -> RunResult:
         index: dict[str, str] = {}
         if variant.multi_arch and config.push:
             if set(results) == set(variant.platforms):
-                index = push_line_index(results, variant.platforms, config.hold_moving_tags)
+                index = push_line_index(results, variant.platforms, config.hold_moving_tags, signer)
             else:
                 print(
                     f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
@@ -480,6 +566,7 @@ def build_line(
     compression: str = "gzip",
     hold_moving_tags: bool = False,
     allow_cpu_validation: bool = False,
+    sign_key: Path | None = None,
     ca_cert: Path | None = None,
     advisories: Path | None = None,
     report_dir: Path = REPO_ROOT / "reports",
@@ -507,6 +594,7 @@ def build_line(
         compression=compression,
         hold_moving_tags=hold_moving_tags,
         allow_cpu_validation=allow_cpu_validation,
+        sign_key=sign_key,
         ca_cert=ca_cert,
         advisories=advisories,
         report_dir=report_dir,

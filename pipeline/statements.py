@@ -1,0 +1,233 @@
+"""What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test
+result, benchmark, vulnerabilities and the VEX of accepted advisories. Pure functions of what
+the run already knows; signing is pipeline/signing.py, the registry side pipeline/referrers.py.
+
+The predicate types and the fields `verify` and the cluster policies (deploy/) read are named
+here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from smoke.checks import CHECKS
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of an in-toto statement
+
+PREDICATES = {
+    "provenance": "https://slsa.dev/provenance/v1",
+    "sbom": "https://cyclonedx.org/bom",
+    "test-result": "https://in-toto.io/attestation/test-result/v0.1",
+    "benchmark": "https://proven-torch.dev/attestation/ppo-benchmark/v1",
+    "vulns": "https://in-toto.io/attestation/vulns/v0.1",
+    "vex": "https://openvex.dev/ns/v0.2.0",
+}
+# An index (a multi-arch line's plain tags) is vouched for by its provenance and the children's
+# combined test result; each child carries the whole set.
+INDEX_KINDS = ("provenance", "test-result")
+BUILD_TYPE = "https://proven-torch.dev/build/v1"  # SLSA buildType: build.py's run, docs/supply-chain.md
+BENCHMARK_SCHEMA = Path(__file__).resolve().parent / "schemas" / "ppo-benchmark-v1.schema.json"
+
+# The test-result predicate's fields the policies read (deploy/ and its test).
+TEST_RESULT_FIELDS = ("result", "passedTests", "warnedTests", "failedTests", "configuration")
+RESULTS = ("PASSED", "WARNED", "FAILED")
+GATE_TEST = "ppo-gate"
+# Tests that only a GPU runs: a CPU-only proof lists them as warned, never passed.
+GPU_TESTS = tuple(f"smoke/{name}" for name, _check, needs_gpu in CHECKS if needs_gpu) + (f"{GATE_TEST}/cuda",)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a statement is about: one pushed manifest."""
+
+    name: str  # the repository, e.g. localhost:5000/proven-torch
+    digest: str  # sha256:<hex> of the manifest as pushed
+
+    def as_list(self) -> list[dict]:
+        algo, _, hexdigest = self.digest.partition(":")
+        return [{"name": self.name, "digest": {algo: hexdigest}}]
+
+
+def statement(kind: str, subject: Subject, predicate: dict) -> dict:
+    return {"_type": STATEMENT_TYPE, "subject": subject.as_list(), "predicateType": PREDICATES[kind], "predicate": predicate}
+
+
+def encode(stmt: dict) -> bytes:
+    """The bytes that are signed: canonical enough to be stable (sorted keys, no spaces)."""
+    return json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode()
+
+
+def kind_of(predicate_type: str) -> str | None:
+    return next((k for k, v in PREDICATES.items() if v == predicate_type), None)
+
+
+# --------------------------------------------------------------------------- test result
+
+
+def test_outcome(validation: dict, flavor: str | None = None) -> dict:
+    """(result, passed, warned, failed) of a validation record (Validation.as_dict()).
+
+    Every smoke check by name (smoke/<check>), the PPO gate (ppo-gate/<device>) and a flavor's
+    own gate. A GPU check that did not run is warned, with its reason: WARNED then says the proof
+    is not a GPU proof. Validation that failed is never pushed, but is said as FAILED all the same.
+    """
+    passed, warned, failed = [], [], []
+    reasons: dict[str, str] = {}
+    gpu_checks = {name for name, _check, needs_gpu in CHECKS if needs_gpu}
+    for check in validation.get("smoke", {}).get("checks", []):
+        name = f"smoke/{check['name']}"
+        if check["status"] == "pass":
+            passed.append(name)
+        elif check["status"] == "skip" and check["name"] in gpu_checks:
+            warned.append(name)
+            reasons[name] = check.get("detail", "")
+        else:
+            failed.append(name)
+    ppo = validation.get("ppo") or {}
+    device = "cuda" if str(ppo.get("device", "cpu")).startswith("cuda") else "cpu"
+    if validation.get("ok") and ppo:
+        passed.append(f"{GATE_TEST}/{device}")
+        if device == "cpu":
+            warned.append(f"{GATE_TEST}/cuda")
+            reasons[f"{GATE_TEST}/cuda"] = "no GPU visible: the gate trained on the CPU"
+    elif ppo or not validation.get("ok"):
+        failed.append(f"{GATE_TEST}/{device}")
+    if flavor and (validation.get("proof") or {}).get(flavor) is not None:  # a flavor's own gate (smoke/proof.py)
+        (passed if validation.get("ok") else failed).append(f"{flavor}-gate")
+    if validation.get("emulated"):
+        reasons["emulation"] = validation.get("validated_on", "validated under emulation")
+    result = "FAILED" if failed or not validation.get("ok") else ("WARNED" if warned else "PASSED")
+    return {"result": result, "passed": passed, "warned": warned, "failed": failed, "reasons": reasons}
+
+
+def test_result_predicate(validation: dict, image_id: str, configuration: list[dict], flavor: str | None = None) -> dict:
+    """The in-toto test-result predicate (v0.1) with the reasons for each warned test beside it."""
+    outcome = test_outcome(validation, flavor)
+    return {
+        "result": outcome["result"],
+        "configuration": configuration,
+        "passedTests": outcome["passed"],
+        "warnedTests": outcome["warned"],
+        "failedTests": outcome["failed"],
+        # Not in the v0.1 fields, which the spec lets a producer add to: why each warned test
+        # warned, where the proof ran, and the image ID (config digest) the checks ran in.
+        "warnedReasons": outcome["reasons"],
+        "validatedOn": validation.get("validated_on"),
+        "imageId": image_id,
+        "verdict": validation.get("verdict"),
+    }
+
+
+def combined_result(results: list[str]) -> str:
+    """An index's result: the worst of its children's."""
+    return max(results, key=lambda r: RESULTS.index(r) if r in RESULTS else len(RESULTS), default="FAILED")
+
+
+# --------------------------------------------------------------------------- the others
+
+
+def benchmark_predicate(validation: dict, host: dict) -> dict:
+    """The PPO gate's figures (the schema: pipeline/schemas/ppo-benchmark-v1.schema.json)."""
+    ppo = validation.get("ppo") or {}
+    where = (validation.get("proof") or {}).get("where") or {}
+    gate = (validation.get("proof") or {}).get("ppo_gate") or {}
+    return {
+        "benchmark": "ppo-gate",
+        "environment": gate.get("env_id") or ppo.get("env_id"),
+        "target_return": gate.get("target_return"),
+        "budget_steps": gate.get("total_timesteps"),
+        "device": str(ppo.get("device", "cpu")),
+        "steps_to_target": ppo.get("steps_to_target"),
+        "seconds_to_target": ppo.get("seconds_to_target"),
+        "steps_per_second": ppo.get("sps_end_to_end"),
+        "gpu_model": ppo.get("gpu_name") or (", ".join(where.get("gpu_names") or []) or None),
+        "driver": where.get("driver"),
+        "cuda": ((validation.get("smoke") or {}).get("facts") or {}).get("cuda"),
+        "host_cpu": where.get("cpu"),
+        "host": host,
+        "gpu_cpu_sps_ratio": validation.get("gpu_cpu_sps_ratio"),
+    }
+
+
+def vulns_predicate(audit: dict, scanner_version: str) -> dict:
+    """The in-toto vulns predicate (v0.1): every finding, accepted ones marked, the data's date."""
+
+    def result(finding: dict, accepted: bool) -> dict:
+        return {
+            "id": finding["id"],
+            "severity": [{"method": "proven-torch", "score": finding["severity"]}],
+            "annotations": [
+                {"package": f"pkg:pypi/{finding['package']}@{finding['version']}"},
+                {"fixed": str(finding.get("fixed"))},
+                *([{"accepted": finding.get("reason", "")}, {"expires": finding.get("expires", "")}] if accepted else []),
+            ],
+        }
+
+    return {
+        "scanner": {
+            "uri": "https://github.com/proven-torch/proven-torch/blob/main/pipeline/validation/audit.py",
+            "version": scanner_version,
+            "db": {
+                "uri": audit.get("source") or "images/advisories/",
+                "version": str(audit.get("as_of")),
+                "lastUpdate": audit.get("as_of"),
+            },
+            "result": [result(f, True) for f in audit.get("allowed", [])] + [result(f, False) for f in audit.get("findings", [])],
+        },
+        "metadata": {"scanStartedOn": audit.get("scanned_at"), "scanFinishedOn": audit.get("scanned_at")},
+    }
+
+
+def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> dict:
+    """An OpenVEX document: one statement per accepted finding, with its reason and expiry.
+
+    The line ships the affected version on purpose, so the status is "affected" and the
+    action statement says why, until when, and which release fixes it."""
+    return {
+        "@context": "https://openvex.dev/ns/v0.2.0",
+        "@id": f"https://proven-torch.dev/vex/{image_ref}",
+        "author": author,
+        "timestamp": timestamp,
+        "version": 1,
+        "statements": [
+            {
+                "vulnerability": {"name": f["id"], "aliases": f.get("aliases", [])},
+                "products": [{"@id": image_ref, "subcomponents": [{"@id": f"pkg:pypi/{f['package']}@{f['version']}"}]}],
+                "status": "affected",
+                "action_statement": f"accepted until {f['expires']}: {f['reason']} (fixed in: {f.get('fixed')})",
+                "action_statement_timestamp": timestamp,
+            }
+            for f in audit.get("allowed", [])
+        ],
+    }
+
+
+def provenance_predicate(
+    *,
+    builder_id: str,
+    revision: str,
+    command: list[str],
+    line: str,
+    platform: str,
+    dependencies: list[dict],
+    tools: dict,
+    invocation: str,
+    started: str,
+    finished: str,
+) -> dict:
+    """SLSA provenance v1: who built it (build.py at its revision), how, from what."""
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {"command": command, "line": line, "platform": platform},
+            "internalParameters": {"tools": tools},
+            "resolvedDependencies": dependencies,
+        },
+        "runDetails": {
+            "builder": {"id": builder_id, "version": {"build.py": revision}},
+            "metadata": {"invocationId": invocation, "startedOn": started, "finishedOn": finished},
+        },
+    }
