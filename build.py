@@ -59,7 +59,7 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     def add(names: str, *options: str, **settings: Any) -> None:
         for name in names.split():
             into[name].add_argument(*options, help=HELP[options[-1]], **settings)
-            flags[name] += options
+            flags[name] += [o for o in options if o.startswith("-")]  # positionals are no flag
 
     for option in ("--cuda", "--torch", "--flavor"):  # default None: `lock --check` refuses them when given
         add("build lock", option)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from pathlib import Path
 
 from pipeline.errors import UsageError
 from pipeline.render import WHOLE_LOCK, AdvisoryInputs, advisories_section, every_variant
@@ -69,7 +71,23 @@ def variant_table_text(matrix: Matrix) -> str:
         f"line has no committed lock), PyPA data as of {first['as_of']} (images/advisories/); high and critical "
         "accepted in images/audit-allowlist.toml"
     )
+    rows.append(signing_line())
     return "\n".join(rows)
+
+
+def signing_line() -> str:
+    """Whether this host's pushes are signed: PROVEN_TORCH_SIGN_KEY names a key, or they are unsigned."""
+    path = os.environ.get("PROVEN_TORCH_SIGN_KEY", "").strip()
+    if not path:
+        return (
+            "signing: unsigned (pushes carry no signed statements; build.py keygen DIR, then --sign-key or PROVEN_TORCH_SIGN_KEY)"
+        )
+    from pipeline.signing import load_signing_key  # cryptography: only when a key is named
+
+    try:
+        return f"signing: pushes are signed with key {load_signing_key(Path(path)).keyid[:16]}… (PROVEN_TORCH_SIGN_KEY)"
+    except UsageError as err:
+        return f"signing: unsigned: PROVEN_TORCH_SIGN_KEY is set but unusable: {err}"
 
 
 def _arches(variant: Variant) -> str:

@@ -44,12 +44,12 @@ class SigningKey:
 
 def keygen(directory: Path) -> tuple[Path, Path]:
     """A new ed25519 pair in DIRECTORY (private 0600); refuses to overwrite one."""
-    directory.mkdir(parents=True, exist_ok=True)
     private, public = directory / PRIVATE_NAME, directory / PUBLIC_NAME
+    refuse_in_build_context(private)
     for path in (private, public):
         if path.exists():
             raise UsageError(f"{path} exists: keygen never overwrites a key; pick an empty folder or move it away")
-    refuse_in_build_context(private)
+    directory.mkdir(parents=True, exist_ok=True)
     signer = CryptoSigner.generate_ed25519()
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:

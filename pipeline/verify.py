@@ -14,9 +14,11 @@ from pathlib import Path
 
 from pipeline import referrers, signing
 from pipeline.errors import NotVerified
+from pipeline.labels import PREFIX
 from pipeline.statements import GPU_TESTS, INDEX_KINDS, PREDICATES, kind_of
 
 IMAGE_KINDS = tuple(PREDICATES)
+VALIDATION_LABEL = f"{PREFIX}validation"
 
 
 def _signers(envelope: bytes) -> set[str]:
@@ -26,11 +28,16 @@ def _signers(envelope: bytes) -> set[str]:
         return set()
 
 
-def signed_statements(registry: referrers.Registry, digest: str, key, kinds: tuple[str, ...], label: str) -> dict[str, dict]:
+def signed_statements(
+    registry: referrers.Registry, digest: str, key, kinds: tuple[str, ...], label: str, unsigned_why=lambda: ""
+) -> dict[str, dict]:
     """The newest statement of each kind about `digest` signed with `key`, every one checked."""
     found = referrers.envelopes_about(registry, digest)
     if not found:
-        raise NotVerified(f"{label}: no signed statements are attached to {digest}: pushed unsigned, or not by this pipeline")
+        raise NotVerified(
+            f"{label}: no signed statements are attached to {digest}: "
+            + (unsigned_why() or "pushed unsigned, or not by this pipeline")
+        )
     ours = [(d, env) for d, env in found if key.keyid in _signers(env)]
     if not ours:
         others = sorted({k[:16] for _, env in found for k in _signers(env)})
@@ -80,10 +87,21 @@ def judge_result(test: dict, require_gpu: bool, label: str) -> None:
 
 
 def check_image(registry: referrers.Registry, digest: str, body: bytes, key, require_gpu: bool, label: str) -> dict:
-    stmts = signed_statements(registry, digest, key, IMAGE_KINDS, label)
+    config = json.loads(body).get("config", {}).get("digest")
+
+    def forged_labels() -> str:
+        """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
+        try:
+            labels = json.loads(registry.blob(config)).get("config", {}).get("Labels") or {}
+        except (NotVerified, ValueError):
+            return ""
+        if labels.get(VALIDATION_LABEL) == "passed":
+            return f"its label {VALIDATION_LABEL}=passed is backed by no signature (labels can be written by anyone): a relabelled or foreign image"
+        return ""
+
+    stmts = signed_statements(registry, digest, key, IMAGE_KINDS, label, forged_labels)
     test = stmts["test-result"]["predicate"]
     judge_result(test, require_gpu, label)
-    config = json.loads(body).get("config", {}).get("digest")
     if test.get("imageId") != config:
         raise NotVerified(
             f"{label}: the proof ran in image {str(test.get('imageId'))[:19]}…, but {digest[:19]}… is image {str(config)[:19]}…"

@@ -1,7 +1,8 @@
 """The default image (2.9-cu128), built, validated and pushed once per test session.
 
 The session fixture runs the real pipeline (build.py's stages): BuildKit build,
-validation inside containers, tagging, push to the registry on 127.0.0.1:5000.
+validation inside containers, tagging, push to the registry on 127.0.0.1:5000, signed with a
+key made for the session (its log kept, to check the key never shows in it).
 Every other image test uses the image it produced.
 
 Set PROVEN_TORCH_TEST_IMAGE=<image id or ref> to reuse an image while
@@ -10,8 +11,10 @@ developing; CI never sets it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,9 +99,39 @@ def variant(matrix):
     return resolve(matrix, matrix.default_cuda)
 
 
+class _Tee:
+    """stdout to the terminal (pytest's capture) and to a file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
 @pytest.fixture(scope="session")
-def pipeline_run(docker, matrix, variant, tmp_path_factory) -> RunResult | None:
-    """Build, validate and push the default variant through the real pipeline."""
+def sign_keys(tmp_path_factory) -> dict[str, Path]:
+    """The session's signing key pair (build.py keygen's), outside the checkout."""
+    from pipeline.signing import keygen
+
+    private, public = keygen(tmp_path_factory.mktemp("signing") / "keys")
+    return {"private": private, "public": public}
+
+
+@pytest.fixture(scope="session")
+def run_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("run-log") / "pipeline.log"
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(docker, matrix, variant, tmp_path_factory, sign_keys, run_log) -> RunResult | None:
+    """Build, validate, push and sign the default variant through the real pipeline."""
     if os.environ.get("PROVEN_TORCH_TEST_IMAGE"):
         return None
     config = BuildConfig(
@@ -110,8 +143,11 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory) -> RunResult | None:
         ca_cert=ca_cert(),
         allow_cpu_validation=True,
         report_dir=tmp_path_factory.mktemp("reports"),
+        sign_key=sign_keys["private"],
+        command=("python", "build.py", "--push", "--registry", REGISTRY, "--repo", "proven-torch-test", "--sign-key", "KEY"),
     )
-    return run(config)
+    with run_log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+        return run(config)
 
 
 @pytest.fixture(scope="session")

@@ -11,32 +11,14 @@ import subprocess
 import pytest
 
 from pipeline import index_push, push
-from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed
-from pipeline.variants import AMD64, ARM64, arch
-from tests.image.conftest import REGISTRY, TEST_LABELS, manifest_inspect
+from pipeline.variants import AMD64, ARM64
+from tests.image.conftest import REGISTRY, manifest_inspect
+from tests.image.tiny_images import build_tiny
 
 pytestmark = pytest.mark.image
 
 REF = f"{REGISTRY}/proven-torch-test-index"  # scripts/ci-cleanup.sh removes proven-torch-test* images
-
-
-def _build(tmp_path, platform: str) -> str:
-    context = tmp_path / arch(platform)
-    context.mkdir()
-    (context / "which").write_text(f"{platform}\n")
-    labels = " ".join(f"{k}={v}" for k, v in TEST_LABELS.items())
-    (context / "Dockerfile").write_text(f"FROM scratch\nCOPY which /\nLABEL {labels}\n")
-    cli = find_build_cli()
-    iid = context / "iid"
-    subprocess.run(
-        [*cli.argv, "-q", "--platform", platform, "--iidfile", str(iid), str(context)],
-        env=cli.environ(),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return iid.read_text().strip()
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +27,7 @@ def children(docker, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("index")
     out = {}
     for platform in (AMD64, ARM64):
-        image_id = _build(tmp_path, platform)
+        image_id = build_tiny(tmp_path, platform)
         tag = index_push.arch_tag("line", platform)
         push.tag_image(docker, image_id, REF, [tag])
         digest = push.push_tag(docker, image_id, REF, tag)
@@ -97,7 +79,7 @@ def test_a_local_build_gives_the_hosts_image_the_lines_plain_tags(docker, matrix
     from pipeline.run import Tagged, Target, host_platform, tag_host_image
 
     line = next(v for v in matrix.variants if v.multi_arch)
-    image_id = _build(tmp_path, host_platform())
+    image_id = build_tiny(tmp_path, host_platform())
     ref = "proven-torch-test-local"
     target = Target(variant=line, run_dir=tmp_path, ref=ref, date="20000101", created="t", revision="t", platform=AMD64)
     plain = [f"{line.torch}-test", line.name]

@@ -90,7 +90,7 @@ def test_lock_check_refusal_does_not_depend_on_the_order():
         (("list", "-v"), "build.py list: -v is a flag of `build.py build` and `build.py matrix`, not of `list`"),
         (("render", "--report-dir=x"), "--report-dir is a flag of `build.py build` and `build.py report` and `build.py matrix`"),
         (("lock", "--line", "2.9-cu128"), "build.py lock: --line is a flag of `build.py matrix`, not of `lock`"),
-        (("matrix", "--json"), "build.py matrix: --json is a flag of `build.py list`, not of `matrix`"),
+        (("matrix", "--json"), "build.py matrix: --json is a flag of `build.py list` and `build.py verify`, not of `matrix`"),
         (("--push", "--check"), "build.py build: --check is a flag of `build.py render` and `build.py lock`, not of `build`"),
         (("list", "--bogus"), "build.py list: unrecognized arguments: --bogus"),
     ],
@@ -144,7 +144,8 @@ def test_the_json_has_one_entry_per_variant_and_flavor(matrix):
 def test_the_table_lists_each_line_with_its_flavors_and_ends_with_the_key(matrix):
     text = listing.variant_table_text(matrix)
     assert text.splitlines()[0].startswith("variant ")
-    assert text.splitlines()[-1].startswith("* default; advisories:")
+    assert text.splitlines()[-2].startswith("* default; advisories:")
+    assert text.splitlines()[-1].startswith("signing: ")
     default = listing.default_variant(matrix)
     assert any(line.startswith(f"{default}*") for line in text.splitlines())
     for flavored in matrix.flavored_variants():
