@@ -18,7 +18,6 @@ import sys
 import time
 
 import pytest
-import requests
 
 from pipeline import push
 from pipeline.docker_env import find_build_cli
@@ -518,25 +517,6 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_r
         assert "\n" not in str(err.value)
     finally:
         docker.images.remove(f"{ref}:readonly")
-
-
-def test_sbom_is_pushed_with_the_image(run_result, report):
-    """An OCI artifact whose subject is the pushed image, holding the very SBOM file of the report."""
-    sbom = report["push"]["sbom"]
-    assert sbom["pushed"] is True, sbom
-    repo_ref, tag = sbom["ref"].rsplit(":", 1)
-    repo = repo_ref.split("/", 1)[1]
-    image_digest = next(iter(run_result.pushed.values()))
-    assert tag == image_digest.replace(":", "-") + ".sbom"
-    manifest = requests.get(
-        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
-        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-        timeout=30,
-    ).json()
-    assert manifest["artifactType"] == "application/vnd.cyclonedx+json"
-    assert manifest["subject"]["digest"] == image_digest
-    blob = requests.get(f"http://{REGISTRY}/v2/{repo}/blobs/{manifest['layers'][0]['digest']}", timeout=60).content
-    assert blob == run_result.report_path.with_name("sbom.cdx.json").read_bytes()
 
 
 def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, report, tmp_path):

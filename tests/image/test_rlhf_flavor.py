@@ -12,10 +12,11 @@ import json
 import tarfile
 
 import pytest
+import requests
 
 from pipeline.errors import ValidationFailed
 from pipeline.render import AdvisoryInputs, render_spec
-from pipeline.run import BuildConfig, Target, run, validate_and_tag
+from pipeline.run import UNSIGNED, BuildConfig, Target, run, validate_and_tag
 from pipeline.variants import resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 from tests.image.tracked_container import TrackedContainer
@@ -61,6 +62,23 @@ def test_the_flavor_is_validated_with_the_rlhf_gate_and_tagged_with_its_name(rlh
     assert proof["ppo"]["solved"] is True  # everything the base proves, first
     tags = [ref.rsplit(":", 1)[1] for ref in rlhf_run.tags]  # the run gives full references
     assert tags[0].endswith("-rlhf") and tags[1:] == [rlhf.name]
+
+
+def test_an_unsigned_push_attaches_the_sbom_unsigned_and_says_so(rlhf_run, report):
+    """No --sign-key (this run): the push works as before signing existed. The SBOM goes as an OCI
+    artifact whose subject is the pushed image, and the report says the push is unsigned."""
+    assert report["push"]["signatures"] == UNSIGNED
+    sbom = report["push"]["sbom"]
+    assert sbom["pushed"] is True, sbom
+    repo_ref, tag = sbom["ref"].rsplit(":", 1)
+    image_digest = next(iter(rlhf_run.pushed.values()))
+    assert tag == image_digest.replace(":", "-") + ".sbom"
+    manifest = registry_manifest(f"{repo_ref}:{tag}").json()
+    assert manifest["artifactType"] == "application/vnd.cyclonedx+json"
+    assert manifest["subject"]["digest"] == image_digest
+    repo = repo_ref.split("/", 1)[1]
+    blob = requests.get(f"http://{REGISTRY}/v2/{repo}/blobs/{manifest['layers'][0]['digest']}", timeout=60).content
+    assert blob == rlhf_run.report_path.with_name("sbom.cdx.json").read_bytes()
 
 
 def test_only_the_flavors_layers_are_new_in_the_registry(rlhf_run, pipeline_run):
