@@ -11,9 +11,13 @@
     tags         tags from what the validated image reports, checked against the pins
     push         each tag re-checked before its push (zstd_push: the zstd form; registry: the
                  registry's HTTP API, the SBOM beside the image)
+    attest       with a signing key: the signed statements about each pushed digest, attached
+                 beside it (statements: what they say; signing: keys and DSSE; referrers:
+                 the registry side), before any moving tag moves
     run          the stages in that order, for one BuildConfig
     matrix       run for every line this host can build, one after another (build.py matrix)
     listing      what `build.py list` prints: the table, the README's Markdown, CI's JSON
+    verify       `build.py verify`: a pushed image's statements checked, one screen
 
 Helpers: containers (the one way to run a program in a container of an image),
 hostprocs (the one way to run a program on the host: a deadline from one table, the whole
