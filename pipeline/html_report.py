@@ -43,6 +43,17 @@ def _status(status: str) -> str:
     return f'<span class="{css}">{_e(status)}</span>'
 
 
+def _signed(push: dict) -> str:
+    """Which key signed the pushed digests, or why they are unsigned (pipeline.run.Pushed)."""
+    signatures = push.get("signatures")
+    if not isinstance(signatures, list) or not signatures:
+        return f"<span class='skip'>{_e((signatures or {}).get('reason', 'unsigned'))}</span>"
+    kinds = ", ".join(signatures[0].get("statements", {}))
+    return "<br>".join(
+        f"<code>{_e(s['subject'])}</code>: key <code>{_e(s['keyid'][:16])}…</code> ({_e(kinds)})" for s in signatures
+    )
+
+
 def _heading_status(report: dict) -> str:
     """'pushed' or 'validated' in green only when a GPU ran the checks; CPU-only says so, in amber."""
     status = report.get("status", "?")
@@ -118,6 +129,7 @@ def render_page(report: dict, run_dir: Path) -> str:
             "pushed",
             "<br>".join(f"<code>{_e(r)}@{_e(d)}</code>" for r, d in (report.get("pushed") or {}).items()) or "not pushed",
         ),
+        ("signed", _signed(push) if push else "not pushed"),
         (
             "validated on",
             _e(validation.get("validated_on"))

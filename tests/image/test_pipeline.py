@@ -407,6 +407,8 @@ def test_html_report_renders_checks_ppo_and_curve(run_result, tmp_path):
     dom = _chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path)
     assert "pushed" in dom and 'id="smoke"' in dom and 'id="ppo"' in dom
     assert dom.count('class="pass"') >= 5
+    keyid = json.loads(run_result.report_path.read_text())["push"]["signatures"][0]["keyid"]
+    assert f"key <code>{keyid[:16]}…</code>" in dom  # which key signed the pushed digest
     assert 'src="ppo/learning_curve.png"' in dom and (page.parent / "ppo" / "learning_curve.png").stat().st_size > 10_000
     _chromium("--screenshot=" + str(tmp_path / "report.png"), "--window-size=1200,2400", page.as_uri(), tmp_path=tmp_path)
     assert (tmp_path / "report.png").stat().st_size > 50_000
