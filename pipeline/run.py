@@ -282,20 +282,19 @@ def push_all(
     plan = push.push_plan(compression, tagged.tags)
     to_push = [step for step in plan if step[0] == tagged.tags[0] or not hold_moving_tags]
     held = tuple(remote for _, remote, _ in plan[len(to_push) :])
-    sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
     signed: list[dict] = []
     zstd_digest = None
     try:
         for local, remote, form in to_push:
             if signer and local != tagged.tags[0] and not signed:  # the first moving tag: sign the immutable digests first
-                signed = sign_pushed(client, signer, tagged, target, refs, sbom_file)
+                signed = sign_pushed(client, signer, tagged, target, refs)
             if form == "zstd":
                 zstd_digest = zstd_push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
                 refs[f"{target.ref}:{remote}"] = zstd_digest
             else:
                 refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)
         if signer and not signed:
-            signed = sign_pushed(client, signer, tagged, target, refs, sbom_file)
+            signed = sign_pushed(client, signer, tagged, target, refs)
     except PipelineError as err:
         failed = Pushed(
             refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={}, signed=tuple(signed)
@@ -303,6 +302,7 @@ def push_all(
         target.write_report(tagged.validated_id, tagged.validation, status="validated", push=failed, error=str(err), **common)
         raise
     first_tag = to_push[0][1]
+    sbom_file = target.run_dir / tagged.validation.sbom["file"]  # validation wrote it; a missing file is reported, not fatal
     if signed:
         sbom_where = {"pushed": True, "signed": True, "statements": [s["statements"]["sbom"] for s in signed]}
     else:
@@ -319,11 +319,10 @@ def push_all(
     return pushed
 
 
-def sign_pushed(
-    client, signer: attest.Signer, tagged: Tagged, target: Target, refs: dict[str, str], sbom_file: Path
-) -> list[dict]:
+def sign_pushed(client, signer: attest.Signer, tagged: Tagged, target: Target, refs: dict[str, str]) -> list[dict]:
     """Attach the signed statements to each digest pushed so far (the immutable tag's gzip and zstd forms)."""
     validation = json.loads((target.run_dir / "validation.json").read_text())  # the stamped record, as pushed
+    sbom_file = target.run_dir / tagged.validation.sbom["file"]
     base_image = signer.base_images.get(target.platform, "")
     return [
         attest.attest_image(

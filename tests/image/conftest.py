@@ -114,6 +114,9 @@ class _Tee:
         for stream in self.streams:
             stream.flush()
 
+    def __getattr__(self, name: str):  # isatty, fileno, encoding: the terminal's
+        return getattr(self.streams[0], name)
+
 
 @pytest.fixture(scope="session")
 def sign_keys(tmp_path_factory) -> dict[str, Path]:
