@@ -19,7 +19,7 @@ from pipeline.build_image import SOURCE
 from pipeline.errors import PipelineError, PushFailed
 from pipeline.render import dockerfile_path
 from pipeline.statements import Subject
-from pipeline.variants import REPO_ROOT, Variant, arch
+from pipeline.variants import REPO_ROOT, Variant
 
 
 @dataclass(frozen=True)
@@ -180,21 +180,7 @@ def attest_image(
 def attest_index(signer: Signer, ref: str, digest: str, variant: Variant, children: list[dict]) -> dict:
     """An index's provenance and the combined test result of its children ({platform, digest, validation})."""
     subject = Subject(ref, digest)
-    outcomes = {c["platform"]: statements.test_outcome(c["validation"], variant.flavor) for c in children}
-    predicate = {
-        "result": statements.combined_result([o["result"] for o in outcomes.values()]),
-        "configuration": [
-            {"name": c["platform"], "uri": f"{ref}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}}
-            for c in children
-        ],
-        **{
-            field: [f"{arch(p)}/{t}" for p, o in outcomes.items() for t in o[key]]
-            for field, key in (("passedTests", "passed"), ("warnedTests", "warned"), ("failedTests", "failed"))
-        },
-        "warnedReasons": {f"{arch(p)}/{t}": why for p, o in outcomes.items() for t, why in o["reasons"].items()},
-        "validatedOn": "; ".join(c["validation"].get("validated_on", "") for c in children),
-        "imageId": None,
-    }
+    predicate = statements.index_test_result(ref, children, variant.flavor)
     deps = [{"uri": f"{ref}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}} for c in children]
     stmts = [
         statements.statement(

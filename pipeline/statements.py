@@ -121,6 +121,27 @@ def test_result_predicate(validation: dict, image_id: str, configuration: list[d
     }
 
 
+def index_test_result(ref: str, children: list[dict], flavor: str | None = None) -> dict:
+    """The test-result predicate of a multi-arch index: its children's ({platform, digest, validation})
+    results combined, the worst winning, each test named by its architecture ("arm64/smoke/gpu")."""
+    outcomes = {c["platform"]: test_outcome(c["validation"], flavor) for c in children}
+    arch = {c["platform"]: c["platform"].rsplit("/", 1)[-1] for c in children}
+    return {
+        "result": combined_result([o["result"] for o in outcomes.values()]),
+        "configuration": [
+            {"name": c["platform"], "uri": f"{ref}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}}
+            for c in children
+        ],
+        **{
+            field: [f"{arch[p]}/{t}" for p, o in outcomes.items() for t in o[key]]
+            for field, key in (("passedTests", "passed"), ("warnedTests", "warned"), ("failedTests", "failed"))
+        },
+        "warnedReasons": {f"{arch[p]}/{t}": why for p, o in outcomes.items() for t, why in o["reasons"].items()},
+        "validatedOn": "; ".join(c["validation"].get("validated_on", "") for c in children),
+        "imageId": None,
+    }
+
+
 def combined_result(results: list[str]) -> str:
     """An index's result: the worst of its children's."""
     return max(results, key=lambda r: RESULTS.index(r) if r in RESULTS else len(RESULTS), default="FAILED")

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline import statements  # noqa: E402
 from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.statements import PREDICATES  # noqa: E402
-from pipeline.variants import AMD64, Variant, arch, load_matrix  # noqa: E402
+from pipeline.variants import AMD64, Variant, load_matrix  # noqa: E402
 
 INDEX = "predicates.tsv"
 # The parts of a proof record that Validation.as_dict lifts to the top of the validation record
@@ -185,22 +185,7 @@ def index_predicates(out: Path, ref: str, digest: str, children: list[Path]) -> 
     if len(about) < 2 or len(variants) != 1:
         raise Refused(f"an index needs two or more children of one line; got {len(about)} of {', '.join(sorted(variants))}")
     flavor = variant_named(variants.pop()).flavor
-    outcomes = {c["platform"]: statements.test_outcome(c["validation"], flavor) for c in about}
-    # As pipeline.attest.attest_index writes it (tests/unit/test_deploy.py holds the two together).
-    test = {
-        "result": statements.combined_result([o["result"] for o in outcomes.values()]),
-        "configuration": [
-            {"name": c["platform"], "uri": f"{ref}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}}
-            for c in about
-        ],
-        **{
-            field: [f"{arch(p)}/{t}" for p, o in outcomes.items() for t in o[key]]
-            for field, key in (("passedTests", "passed"), ("warnedTests", "warned"), ("failedTests", "failed"))
-        },
-        "warnedReasons": {f"{arch(p)}/{t}": why for p, o in outcomes.items() for t, why in o["reasons"].items()},
-        "validatedOn": "; ".join(c["validation"].get("validated_on", "") for c in about),
-        "imageId": None,
-    }
+    test = statements.index_test_result(ref, about, flavor)
     write(out, {"test-result": test}, {"subject": {"name": ref, "digest": digest, "children": [c["digest"] for c in about]}})
 
 

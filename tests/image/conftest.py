@@ -12,6 +12,7 @@ developing; CI never sets it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -151,6 +152,20 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory, sign_keys, run_log) 
     )
     with run_log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
         return run(config)
+
+
+@pytest.fixture(scope="session")
+def run_result(pipeline_run) -> RunResult:
+    """The session's pipeline run; its tests skip where PROVEN_TORCH_TEST_IMAGE replaced it."""
+    if pipeline_run is None:
+        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline run was skipped")
+    return pipeline_run
+
+
+@pytest.fixture(scope="session")
+def report(run_result) -> dict:
+    """The session's report.json (test_rlhf_flavor.py has its own: the flavor's)."""
+    return json.loads(run_result.report_path.read_text())
 
 
 @pytest.fixture(scope="session")

@@ -30,18 +30,6 @@ from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, registry_
 pytestmark = pytest.mark.image
 
 
-@pytest.fixture(scope="module")
-def run_result(pipeline_run):
-    if pipeline_run is None:
-        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline run was skipped")
-    return pipeline_run
-
-
-@pytest.fixture(scope="module")
-def report(run_result):
-    return json.loads(run_result.report_path.read_text())
-
-
 def test_report_says_pushed_and_cpu_only(report, run_result):
     assert report["status"] == "pushed"
     assert report["gpu"] is False

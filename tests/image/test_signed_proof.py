@@ -51,18 +51,6 @@ def refused(done: subprocess.CompletedProcess, code: int, *phrases: str) -> str:
 # --------------------------------------------------------------------------- the pipeline's own signed push
 
 
-@pytest.fixture(scope="module")
-def run_result(pipeline_run):
-    if pipeline_run is None:
-        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline run was skipped")
-    return pipeline_run
-
-
-@pytest.fixture(scope="module")
-def report(run_result):
-    return json.loads(run_result.report_path.read_text())
-
-
 def test_verify_passes_by_tag_and_by_digest_and_shows_the_figures(run_result, report, sign_keys, variant):
     tag_ref, digest = next(iter(run_result.pushed.items()))  # the immutable tag, pushed first
     ppo = report["validation"]["ppo"]
