@@ -196,6 +196,24 @@ refuse_disabled_token() {
     fi
 }
 
+# The example notebooks (/opt/proven-torch/notebooks) in the Lab's file browser: copied into
+# WORKSPACE/examples when the workspace is empty (a new volume), never written into one that
+# holds anything, where the log line says how to copy them.
+EXAMPLES_SRC=/opt/proven-torch/notebooks
+offer_examples() {
+    local workspace="${1:-/workspace}"
+    [[ -d "$EXAMPLES_SRC" && -d "$workspace" && -w "$workspace" ]] || return 0
+    if [[ -n "$(ls -A "$workspace" 2>/dev/null)" ]]; then
+        log "examples: $workspace is not empty, so nothing was copied into it; to get them: cp -r $EXAMPLES_SRC $workspace/examples"
+        return 0
+    fi
+    if cp -r "$EXAMPLES_SRC" "$workspace/examples"; then
+        log "examples: the example notebooks are in $workspace/examples (copied into the empty workspace)"
+    else
+        log "examples: could not copy $EXAMPLES_SRC into $workspace; they stay in $EXAMPLES_SRC"
+    fi
+}
+
 JUPYTER_PID=""
 start_jupyter() {
     setup_token
@@ -278,6 +296,7 @@ main() {
         log "sshd exited with status $status"
         exit "$status"
     fi
+    offer_examples /workspace # before sshd writes its host keys there
     start_sshd || true
     start_jupyter "$@"
     supervise

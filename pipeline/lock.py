@@ -105,9 +105,15 @@ def locked_packages(variant: Variant, root: Path = LOCK_ROOT, platform: str = AM
     return sorted(_read_pins(files).items())
 
 
-def requirements_in(variant: Variant) -> str:
+def requirements_in(variant: Variant, platform: str = AMD64) -> str:
+    """What uv resolves: the line's pins, gymnasium with the extras the line installs on `platform`."""
     pins = variant.flavor_packages if variant.flavored else variant.pins()
-    return "".join(f"{name}=={version}\n" for name, version in pins)
+    return "".join(variant.requirement(name, version, platform) + "\n" for name, version in pins)
+
+
+def overrides_txt(variant: Variant) -> str:
+    """uv's --overrides file: [overrides] of the matrix, each requirement on its own line."""
+    return "".join(f"{o.requirement}\n" for o in variant.overrides)
 
 
 def _index_args(variant: Variant) -> list[str]:
@@ -117,7 +123,8 @@ def _index_args(variant: Variant) -> list[str]:
 
 def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> str:
     parts = [
-        requirements_in(variant),
+        requirements_in(variant, platform),
+        overrides_txt(variant),
         variant.index,
         variant.python,
         wheel_platform(platform),
@@ -144,12 +151,13 @@ def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str
     """
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "requirements.in"
-        src.write_text(requirements_in(variant))
-        constraints = []
+        src.write_text(requirements_in(variant, platform))
+        (Path(tmp) / "overrides.txt").write_text(overrides_txt(variant))
+        constraints = ["--overrides", "overrides.txt"] if variant.overrides else []
         if variant.flavored:
             base = base_pins(variant, platform=platform)
             (Path(tmp) / "base.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(base.items())))
-            constraints = ["-c", "base.txt"]
+            constraints += ["-c", "base.txt"]
         argv = [_uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header", "--generate-hashes"]
         argv += [*_index_args(variant), "--python-version", variant.python, "--python-platform", wheel_platform(platform)]
         argv += ["--exclude-newer", matrix.resolved_before, *constraints, src.name]
@@ -255,4 +263,41 @@ def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | No
             print(line)
     for line in wrote(render_all(matrix)):
         print(line)
+    for override in variant.overrides:
+        if override.package:
+            print(override_news(override, pypi_requires(override.package)), flush=True)
     return 0
+
+
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def pypi_requires(package: str) -> tuple[str, list[str]] | None:
+    """(newest version, its Requires-Dist) from PyPI's JSON API; None when PyPI cannot be asked."""
+    import requests
+
+    try:
+        resp = requests.get(
+            f"https://pypi.org/pypi/{package}/json", timeout=30, verify=str(SYSTEM_CA) if SYSTEM_CA.is_file() else True
+        )
+        resp.raise_for_status()
+        info = resp.json()["info"]
+    except (requests.RequestException, ValueError, KeyError):
+        return None
+    return info["version"], list(info.get("requires_dist") or [])
+
+
+def override_news(override, newest: tuple[str, list[str]] | None) -> str:
+    """One line: whether the newest release of the package an [overrides] entry works around still needs it."""
+    if newest is None:
+        return f"==> [overrides] {override.requirement!r}: could not ask PyPI whether {override.package} still declares {override.conflict}"
+    version, requires = newest
+    if any(override.conflict in r.replace(" ", "") for r in requires):
+        return (
+            f"==> [overrides] {override.requirement!r} still needed: {override.package} {version}, the newest release, "
+            f"declares {override.conflict} ({override.link})"
+        )
+    return (
+        f"==> [overrides] {override.requirement!r} can go: {override.package} {version} no longer declares {override.conflict}; "
+        "drop the entry, raise the pin past it and run `build.py lock` again"
+    )

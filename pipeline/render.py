@@ -53,21 +53,15 @@ TRITON_NOTE = "# (Triton's static CUPTI archives are dropped in the same layer: 
 TRITON_CLEANUP = " \\\n && rm -f /opt/venv/lib/python*/site-packages/triton/backends/nvidia/lib/cupti/*_static.a"
 
 
-# pip check on a multi-arch line: on aarch64 it also flags NVIDIA wheels whose WHEEL metadata
-# names the platform "manylinux2014_sbsa" (NVIDIA's name for Arm servers) where the file name
-# says aarch64, e.g. nvidia-cusparselt-cu13 0.8.0 ("is not supported on this platform"). The
-# files are the aarch64 build the lock hashes, so there, and only for nvidia-* wheels whose
-# installed WHEEL says sbsa, that message is accepted; any other finding fails the build.
-PIP_CHECK_SBSA = r"""# pip check, with NVIDIA's sbsa wheel tag accepted on aarch64 (pipeline/render.py says why).
-RUN if ! pip check >/tmp/pip-check.txt; then cat /tmp/pip-check.txt; \
-      [ "$(uname -m)" = aarch64 ] \
-      && [ "$(grep -c . /tmp/pip-check.txt)" = "$(grep -cE '^nvidia-[A-Za-z0-9-]+ [^ ]+ is not supported on this platform$' /tmp/pip-check.txt)" ] \
-      && sed -n 's/^\(nvidia-[A-Za-z0-9-]*\) .*/\1/p' /tmp/pip-check.txt >/tmp/pip-check-names.txt \
-      && while read -r name; do \
-           python3 -c 'import sys, importlib.metadata as m; sys.exit("_sbsa" not in m.distribution(sys.argv[1]).read_text("WHEEL"))' "$name" \
-             || { echo "$name: not an sbsa-tagged wheel"; exit 1; }; done </tmp/pip-check-names.txt \
-      && echo 'accepted: the sbsa tag of these NVIDIA wheels on aarch64'; fi \
- && rm -f /tmp/pip-check.txt /tmp/pip-check-names.txt"""
+def pip_check(variant: Variant) -> str:
+    """The layers' consistency check (container/pip_check.py): pip check, accepting only the conflict each
+    [overrides] entry makes, and on a multi-arch line NVIDIA's sbsa wheel tag on aarch64 (those wheels'
+    WHEEL file names the platform manylinux2014_sbsa where the file name says aarch64)."""
+    accept = "".join(f" --accept '{o.package}:{o.conflict}'" for o in variant.overrides if o.package and o.conflict)
+    return (
+        "COPY container/pip_check.py /opt/proven-torch/lock/\n"
+        f"RUN python3 /opt/proven-torch/lock/pip_check.py{accept}{' --sbsa' if variant.multi_arch else ''}"
+    )
 
 
 def pip_layers(matrix: Matrix, variant: Variant) -> str:
@@ -102,13 +96,13 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             "# The layers together must be a consistent set. What is installed becomes the\n"
             "# image's pip constraint: `pip install x` cannot replace torch or its CUDA\n"
             "# libraries (on purpose: `PIP_CONSTRAINT= pip install ...`, docs/using-the-image.md).\n"
-            + (PIP_CHECK_SBSA if variant.multi_arch else "RUN pip check")
+            + pip_check(variant)
             + " && pip freeze > /opt/proven-torch/constraints.txt\n"
             "ENV PIP_CONSTRAINT=/opt/proven-torch/constraints.txt"
         )
         return "\n\n".join(out)
     torch_pins = f'"torch=={variant.torch}" "torchvision=={variant.torchvision}" "torchaudio=={variant.torchaudio}"'
-    packages = " ".join(f'"{name}=={version}"' for name, version in variant.packages)
+    packages = " ".join(f'"{variant.requirement(name, version, locked=False)}"' for name, version in variant.packages)
     return "\n\n".join(
         [
             f"# No lock yet for {variant.name}: its index could not be reached where the locks\n"
@@ -118,6 +112,9 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             + _pip_run(matrix, f'--index-url {variant.index} "torch=={variant.torch}"'),
             _pip_run(matrix, f"--index-url {variant.index} {torch_pins}"),
             "# JupyterLab, gymnasium and the benchmark's tools; torch stays as is.\n"
+            + "".join(
+                f"# gymnasium's {extra} extra is left out: {why}\n" for extra, why in variant.left_out(locked=False).items()
+            )
             + _pip_run(matrix, f"{indexes} {torch_pins} \\\n      {packages}"),
         ]
     )
@@ -205,7 +202,8 @@ def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     file = layers(variant)[0][0]
     run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r /opt/proven-torch/lock/{file}")
     run = run.replace(" && pip install ", " && PIP_CONSTRAINT='' pip install ", 1)
-    return run + " \\\n && pip check && pip freeze > /opt/proven-torch/constraints.txt"
+    check = pip_check(variant).split("\n", 1)[1].removeprefix("RUN ")  # the base image has the script (its torch stage)
+    return run + f" \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt"
 
 
 def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:

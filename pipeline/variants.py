@@ -14,6 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MATRIX_PATH = REPO_ROOT / "images" / "variants.toml"
 
 BASE = "base"  # the flavor name of a line without a flavor
+UNLOCKED = "unlocked"  # [gymnasium.left_out] key: the lines without a committed lock (pip, no overrides)
 
 # The platforms a line may list, and what each is called where: Docker's platform,
 # Docker's architecture name (BuildKit's TARGETARCH, the lock folder), the machine name
@@ -71,6 +72,18 @@ class PpoGate:
 
 
 @dataclass(frozen=True)
+class Override:
+    """[overrides]: a requirement of another package the lock replaces (uv's --overrides), and why.
+    `conflict` is what pip check then says of `package`, the one finding the image accepts for it."""
+
+    requirement: str  # as uv reads it, e.g. "pillow>=12"
+    reason: str
+    package: str = ""  # the package whose requirement it replaces ("" when it removes one outright)
+    conflict: str = ""  # that package's own requirement, e.g. "pillow<12.0,>=9.2.0"
+    link: str = ""  # upstream's issue or change that lets it go
+
+
+@dataclass(frozen=True)
 class Variant:
     """One CUDA line of the matrix, with everything the build and the checks need."""
 
@@ -103,6 +116,11 @@ class Variant:
     # one only, why (`platforms_note`: no CUDA wheel of the line's torch for the other).
     platforms: tuple[str, ...] = (AMD64,)
     platforms_note: str = ""
+    # gymnasium's extras ([gymnasium] extras), those a platform or an unlocked line leaves out with
+    # the reason ({platform or "unlocked": {extra: reason}}), and the lock's overrides.
+    gymnasium_extras: tuple[str, ...] = ()
+    extras_left_out: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    overrides: tuple[Override, ...] = ()
 
     @property
     def multi_arch(self) -> bool:
@@ -121,6 +139,21 @@ class Variant:
         """Every Python package the line pins: torch, torchvision, torchaudio, [packages], then its flavor's."""
         base = [("torch", self.torch), ("torchvision", self.torchvision), ("torchaudio", self.torchaudio), *self.packages]
         return base + list(self.flavor_packages)
+
+    def left_out(self, platform: str = AMD64, locked: bool = True) -> dict[str, str]:
+        """{extra: why} of gymnasium's extras this line leaves out on `platform` (unlocked: pins only)."""
+        tables = dict(self.extras_left_out)
+        return dict(tables.get(platform, ())) | ({} if locked else dict(tables.get(UNLOCKED, ())))
+
+    def extras(self, platform: str = AMD64, locked: bool = True) -> tuple[str, ...]:
+        """gymnasium's extras the line installs on `platform`."""
+        gone = self.left_out(platform, locked)
+        return tuple(e for e in self.gymnasium_extras if e not in gone)
+
+    def requirement(self, name: str, version: str, platform: str = AMD64, locked: bool = True) -> str:
+        """name==version, gymnasium with the extras the line installs there: gymnasium[mujoco,...]==1.4.0."""
+        extras = self.extras(platform, locked) if name == "gymnasium" else ()
+        return f"{name}[{','.join(extras)}]=={version}" if extras else f"{name}=={version}"
 
     @property
     def uses_pypi(self) -> bool:
@@ -278,6 +311,8 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     if not isinstance(packages_table, dict) or not all(isinstance(v, str) for v in packages_table.values()):
         raise MatrixError(f"{path}: [packages] must map package names to version strings")
     packages = tuple(sorted(packages_table.items()))
+    extras, left_out = _gymnasium(data.get("gymnasium", {}), path)
+    overrides = _overrides(data.get("overrides", {}), path)
 
     raw_variants = data.get("variants")
     if not isinstance(raw_variants, dict) or not raw_variants:
@@ -306,6 +341,9 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 packages=packages,
                 ppo_gate=gate,
                 is_default=False,
+                gymnasium_extras=extras,
+                extras_left_out=left_out,
+                overrides=overrides,
                 **fields,
             )
         )
@@ -319,6 +357,36 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
     flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
+
+
+def _gymnasium(table: dict, path: Path) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+    """[gymnasium]: the extras the image claims, and {platform or "unlocked": {extra: why}} left out."""
+    extras = table.get("extras", [])
+    if not isinstance(extras, list) or not all(isinstance(e, str) and re.fullmatch(r"[a-z0-9-]+", e) for e in extras):
+        raise MatrixError(f'{path}: [gymnasium] extras must list gymnasium\'s extra names, e.g. ["torch", "mujoco"]')
+    left_out = []
+    for where, reasons in (table.get("left_out") or {}).items():
+        if where not in (*PLATFORMS, UNLOCKED):
+            raise MatrixError(
+                f"{path}: [gymnasium.left_out] {where!r} is not a platform ({', '.join(PLATFORMS)}) or {UNLOCKED!r}"
+            )
+        if not isinstance(reasons, dict) or not all(k in extras and isinstance(v, str) and v for k, v in reasons.items()):
+            raise MatrixError(f"{path}: [gymnasium.left_out] {where!r} must map extras of [gymnasium] extras to the reason")
+        left_out.append((where, tuple(reasons.items())))
+    return tuple(extras), tuple(left_out)
+
+
+def _overrides(table: dict, path: Path) -> tuple[Override, ...]:
+    """[overrides]: requirement -> {reason, package, conflict, link}."""
+    out = []
+    for requirement, fields in table.items():
+        if not isinstance(fields, dict) or not isinstance(fields.get("reason"), str) or not fields["reason"]:
+            raise MatrixError(f"{path}: [overrides] {requirement!r} needs a reason")
+        unknown = set(fields) - {"reason", "package", "conflict", "link"}
+        if unknown:
+            raise MatrixError(f"{path}: [overrides] {requirement!r} has unknown keys {sorted(unknown)}")
+        out.append(Override(requirement=requirement, **{k: str(v) for k, v in fields.items()}))
+    return tuple(out)
 
 
 def _platforms(table: dict, name: str, path: Path) -> tuple[tuple[str, ...], str]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.image.conftest import HEADLESS_CHROMIUM
 from tests.image.service_helpers import wait_for_jupyter
-from tests.image.tracked_container import TrackedContainer
+from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
 
@@ -100,3 +100,41 @@ def test_tensorboard_opens_under_8888_and_shows_the_ppo_gates_scalars(lab, tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     assert "TensorBoard" in result.stdout and "ppo-browser" in result.stdout, result.stdout[-3000:]
     assert "No dashboards are active" not in result.stdout
+
+
+def test_a_notebook_draws_its_progress_bar_and_shows_a_mujoco_frame(lab, tmp_path):
+    """The example notebook (copied into the new workspace by start.sh) run in the Lab by a browser:
+    tqdm's bar is drawn as a widget and reaches 100%, and the MuJoCo frame shows as a matplotlib image.
+    The screenshot stays in the test's tmp folder as an artifact."""
+    need_chromium()
+    import requests
+    from playwright.sync_api import sync_playwright
+
+    port = lab.ports[8888]
+    url = f"http://127.0.0.1:{port}/lab/tree/examples/environments.ipynb?token={TOKEN}"
+
+    def kernel_idle() -> bool:
+        sessions = requests.get(f"http://127.0.0.1:{port}/api/sessions", params={"token": TOKEN}, timeout=10).json()
+        return any(s["path"].endswith("environments.ipynb") and s["kernel"]["execution_state"] == "idle" for s in sessions)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1400})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            wait_until(kernel_idle, 90, "the notebook's kernel")
+            page.click(".jp-Notebook .jp-Cell >> nth=0")
+            for _ in range(3):  # the markdown cell, then each code cell
+                page.keyboard.press("Shift+Enter")
+            bar = ".widget-hprogress .progress-bar"
+            page.wait_for_selector(bar, timeout=120_000)
+            page.wait_for_function(f"() => document.querySelector('{bar}').style.width === '100%'", timeout=180_000)
+            page.wait_for_selector('.jp-RenderedImage[data-mime-type="image/png"] img', timeout=180_000)
+            page.screenshot(path=str(tmp_path / "notebook.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (tmp_path / "notebook.png").stat().st_size > 20_000
+    print(f"screenshot: {tmp_path / 'notebook.png'}")

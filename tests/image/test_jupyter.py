@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from pipeline.variants import REPO_ROOT
+from tests.image.conftest import TEST_LABELS
 from tests.image.service_helpers import FAST_HEALTHCHECK, Jupyter, run_command, wait_for_jupyter
 from tests.image.tracked_container import TrackedContainer, wait_until
 
@@ -129,3 +131,27 @@ def test_a_hashed_password_logs_in(docker, image):
         assert browser.get(f"{base}/api/kernels", timeout=20).status_code == 200
         # The token keeps working beside the password.
         assert Jupyter(container.ports[8888], token).get("/api/kernels").status_code == 200
+
+
+def test_the_example_notebooks_are_in_a_new_workspace(lab):
+    """A new (empty) workspace gets the example notebooks, where the Lab's file browser shows them."""
+    _, jupyter = lab
+    listing = jupyter.get("/api/contents/examples")
+    assert listing.status_code == 200, listing.text[:300]
+    shipped = sorted(p.name for p in (REPO_ROOT / "notebooks").glob("*.ipynb"))
+    assert sorted(item["name"] for item in listing.json()["content"]) == shipped
+
+
+def test_a_workspace_that_holds_anything_gets_no_examples(docker, image):
+    volume = docker.volumes.create(labels=TEST_LABELS)
+    mount = {volume.name: {"bind": "/workspace", "mode": "rw"}}
+    try:
+        docker.containers.run(image, ["touch", "/workspace/mine"], volumes=mount, remove=True, labels=TEST_LABELS)
+        with TrackedContainer(docker, image, volumes=mount) as container:
+            container.start(ports=(8888,))
+            wait_for_jupyter(container)
+            code, out = container.exec(["ls", "-A", "/workspace"])
+            assert code == 0 and out.split() == ["mine"]
+            assert "cp -r /opt/proven-torch/notebooks /workspace/examples" in container.logs()
+    finally:
+        volume.remove(force=True)

@@ -76,7 +76,7 @@ def test_a_login_shell_has_the_container_environment(box, keys):
         ["bash", "-lc", shlex.quote("command -v python; echo $NVIDIA_DRIVER_CAPABILITIES")],
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility"]
+    assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility,graphics"]
 
 
 def test_the_login_is_the_unprivileged_user(box, keys, matrix):

@@ -162,3 +162,26 @@ def test_an_unreadable_token_file_gives_a_generated_token_and_a_log_line(tmp_pat
     result = bash('setup_token; echo "$TOKEN_GENERATED"', env={"JUPYTER_TOKEN_FILE": str(tmp_path / "missing")})
     assert result.stdout == "true\n"
     assert "cannot be read" in result.stderr
+
+
+def test_the_examples_are_copied_into_an_empty_workspace(tmp_path):
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    (source / "ppo-cartpole.ipynb").write_text("{}")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    result = bash(f'EXAMPLES_SRC="{source}"; offer_examples "{workspace}"')
+    assert result.returncode == 0 and (workspace / "examples" / "ppo-cartpole.ipynb").is_file()
+    assert "copied into the empty workspace" in result.stderr
+
+
+def test_a_workspace_with_anything_in_it_is_left_alone(tmp_path):
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    (source / "ppo-cartpole.ipynb").write_text("{}")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / ".hidden").write_text("mine")
+    result = bash(f'EXAMPLES_SRC="{source}"; offer_examples "{workspace}"')
+    assert result.returncode == 0 and sorted(p.name for p in workspace.iterdir()) == [".hidden"]
+    assert f"cp -r {source} {workspace}/examples" in result.stderr

@@ -62,7 +62,7 @@ def test_rendered_dockerfile_pins_the_variant(matrix):
 def test_rendered_dockerfile_sets_nvidia_variables(matrix, cu128):
     text = render(matrix, cu128)
     assert "NVIDIA_VISIBLE_DEVICES=all" in text
-    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics" in text  # graphics: the driver's EGL for MuJoCo
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0"' in text
 
 
