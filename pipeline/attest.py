@@ -172,8 +172,13 @@ def attest_image(
     base_image: str,
     sbom_path: Path,
 ) -> dict:
-    deps = dependencies(client, variant, platform, base_image, signer.facts.commit)
-    stmts = image_statements(signer, Subject(ref, digest), validation, image_id, deps, variant, platform, sbom_path)
+    try:
+        deps = dependencies(client, variant, platform, base_image, signer.facts.commit)
+        stmts = image_statements(signer, Subject(ref, digest), validation, image_id, deps, variant, platform, sbom_path)
+    except (OSError, ValueError) as err:  # the SBOM or a lock file missing or unreadable
+        raise PushFailed(
+            f"{ref}@{digest[:19]}… was pushed but its statements could not be made ({type(err).__name__}: {str(err)[:160]})"
+        ) from None
     return sign_and_attach(signer, ref, digest, stmts)
 
 

@@ -14,13 +14,16 @@ registry's bearer token; credential helpers are not asked.
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import hashlib
+import ipaddress
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urljoin, urlparse
 
 import requests
 
@@ -48,8 +51,19 @@ class ImageRef:
     reference: str  # a tag or a digest
 
     @property
+    def loopback(self) -> bool:
+        """A registry on this machine (plain HTTP, as Docker allows for 127.0.0.0/8 and localhost)."""
+        name = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host[1:].split("]")[0]
+        if name == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            return False
+
+    @property
     def base(self) -> str:
-        scheme = "http" if self.host.startswith(("localhost", "127.")) else "https"
+        scheme = "http" if self.loopback else "https"
         host = "registry-1.docker.io" if self.host == "docker.io" else self.host
         return f"{scheme}://{host}/v2"
 
@@ -86,10 +100,38 @@ def _docker_login(host: str) -> tuple[str, str] | None:
         or auths.get(f"https://{host}")
         or (auths.get("https://index.docker.io/v1/") if host == "docker.io" else None)
     )
-    if not entry or not entry.get("auth"):
+    if not isinstance(entry, dict) or not entry.get("auth"):
         return None
-    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+    try:
+        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError, TypeError):
+        return None
     return user, password
+
+
+MAX_MANIFEST = 4 * 2**20  # bytes: a manifest or index larger than this is refused
+MAX_ENVELOPE = 64 * 2**20  # a signed statement (the SBOM's is the largest, about 2 MB)
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def as_dict(data: bytes, what: str) -> dict:
+    """JSON that must be an object; NotVerified naming `what` otherwise (never a traceback)."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise NotVerified(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise NotVerified(f"{what} is not a JSON object")
+    return value
+
+
+def descriptors(value, what: str) -> list[dict]:
+    """An index's `manifests`: a list of descriptors, each with a sha256 digest."""
+    if not isinstance(value, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("digest"), str) and DIGEST.fullmatch(d["digest"]) for d in value
+    ):
+        raise NotVerified(f"{what} does not list descriptors with sha256 digests")
+    return value
 
 
 class Registry:
@@ -99,18 +141,28 @@ class Registry:
         self.ref = ref
         self.timeout = timeout
         self.session = requests.Session()
+        self.authorization: str | None = None  # sent to this registry's host only, never to a redirect elsewhere
+        self.login_problem = ""
 
     def _url(self, path: str) -> str:
         return path if path.startswith("http") else f"{self.ref.base}/{self.ref.repo}/{path}"
+
+    def _send(self, method: str, url: str, kwargs: dict) -> requests.Response:
+        headers = dict(kwargs.pop("headers", None) or {})
+        if self.authorization and urlparse(url).netloc == urlparse(self.ref.base).netloc:
+            headers["Authorization"] = self.authorization
+        return self.session.request(method, url, headers=headers, allow_redirects=method in ("GET", "HEAD"), **kwargs)
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         url = self._url(path)
         kwargs.setdefault("timeout", self.timeout)
         try:
-            resp = self.session.request(method, url, **kwargs)
-            if resp.status_code == 401 and "bearer" in resp.headers.get("WWW-Authenticate", "").lower():
-                self._login(resp.headers["WWW-Authenticate"], method != "GET" and method != "HEAD")
-                resp = self.session.request(method, url, **kwargs)
+            resp = self._send(method, url, dict(kwargs))
+            challenge = resp.headers.get("WWW-Authenticate", "")
+            if resp.status_code == 401 and not self.authorization and challenge:
+                self._login(challenge, method not in ("GET", "HEAD"))
+                if self.authorization:
+                    resp = self._send(method, url, dict(kwargs))
         except requests.RequestException as err:
             raise RegistryUnreachable(
                 f"cannot reach the registry {self.ref.host}: {str(err).splitlines()[0][:160]}; is it running, and is the name right?"
@@ -118,49 +170,102 @@ class Registry:
         return resp
 
     def _login(self, challenge: str, push: bool) -> None:
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        scope = f"repository:{self.ref.repo}:pull" + (",push" if push else "")
+        """Answer a Basic or Bearer challenge with ~/.docker/config.json's login for this host (or none: anonymous)."""
         login = _docker_login(self.ref.host)
+        if challenge.lower().startswith("basic"):
+            if login:
+                self.authorization = "Basic " + base64.b64encode(":".join(login).encode()).decode()
+            else:
+                self.login_problem = "it asks for a login; `docker login` first (credential helpers are not read)"
+            return
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = fields.get("realm", "")
+        if not realm.startswith("https://") and not (realm.startswith("http://") and self.ref.loopback):
+            self.login_problem = f"its token service {realm!r} is not https, so no credentials were sent"
+            return
+        scope = f"repository:{self.ref.repo}:pull" + (",push" if push else "")
         token = self.session.get(
-            fields.get("realm", ""),
-            params={"service": fields.get("service", ""), "scope": fields.get("scope", scope)},
-            auth=login,
-            timeout=self.timeout,
+            realm, params={"service": fields.get("service", ""), "scope": scope}, auth=login, timeout=self.timeout
         )
-        if token.ok:
-            body = token.json()
-            self.session.headers["Authorization"] = f"Bearer {body.get('token') or body.get('access_token')}"
+        try:
+            body = token.json() if token.ok else {}
+        except ValueError:
+            body = {}
+        value = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if isinstance(value, str) and value:
+            self.authorization = f"Bearer {value}"
+        else:
+            self.login_problem = f"its token service answered {token.status_code}" + (
+                ""
+                if login
+                else " (no login for it in ~/.docker/config.json: `docker login` first; credential helpers are not read)"
+            )
+
+    def refused(self, resp: requests.Response, what: str) -> RegistryUnreachable:
+        why = f": {self.login_problem}" if self.login_problem else ""
+        return RegistryUnreachable(f"the registry {self.ref.host} answered {resp.status_code} for {what}{why}")
+
+    def _read(self, path: str, limit: int, what: str, headers: dict | None = None) -> bytes | None:
+        """GET a body of at most `limit` bytes; None on 404."""
+        resp = self.request("GET", path, headers=headers or {}, stream=True)
+        with resp:
+            if resp.status_code == 404:
+                return None
+            if not resp.ok:
+                raise self.refused(resp, what)
+            data = bytearray()
+            for chunk in resp.iter_content(2**16):
+                data += chunk
+                if len(data) > limit:
+                    raise NotVerified(f"{what} is larger than {limit // 2**20} MiB; refused")
+        return bytes(data)
 
     # ------------------------------------------------------------------ reading
 
     def manifest(self, reference: str) -> tuple[bytes, str, str] | None:
-        """(bytes, media type, digest) of a manifest, or None when the registry has none by that name."""
-        resp = self.request("GET", f"manifests/{reference}", headers={"Accept": ACCEPT})
-        if resp.status_code == 404:
+        """(bytes, media type, digest) of a manifest, or None when the registry has none by that name.
+        The media type is the body's own (`mediaType`, else an index by its `manifests`), not a header's."""
+        data = self._read(f"manifests/{reference}", MAX_MANIFEST, f"{self.ref.repo}:{reference}", {"Accept": ACCEPT})
+        if data is None:
             return None
-        if not resp.ok:
-            raise RegistryUnreachable(f"the registry {self.ref.host} answered {resp.status_code} for {self.ref.repo}:{reference}")
-        digest = "sha256:" + hashlib.sha256(resp.content).hexdigest()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise NotVerified(f"the registry sent a manifest whose digest is {digest}, not the {reference} asked for")
-        media = json.loads(resp.content).get("mediaType") or resp.headers.get("Content-Type", "").split(";")[0]
-        return resp.content, media, digest
+        body = as_dict(data, f"the manifest {self.ref.repo}:{reference}")
+        media = body.get("mediaType")
+        if not isinstance(media, str) or not media:
+            media = OCI_INDEX if "manifests" in body else OCI_MANIFEST
+        return data, media, digest
 
-    def blob(self, digest: str) -> bytes:
-        resp = self.request("GET", f"blobs/{digest}")
-        if not resp.ok:
-            raise NotVerified(f"the registry has no blob {digest[:19]}… ({resp.status_code})")
-        if "sha256:" + hashlib.sha256(resp.content).hexdigest() != digest:
+    def blob(self, digest: str, limit: int = MAX_ENVELOPE) -> bytes:
+        data = self._read(f"blobs/{digest}", limit, f"the blob {digest[:19]}…")
+        if data is None:
+            raise NotVerified(f"the registry has no blob {digest[:19]}…")
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise NotVerified(f"the registry's blob {digest[:19]}… does not match its digest")
-        return resp.content
+        return data
 
     def referrers(self, digest: str) -> list[dict]:
-        """Descriptors of the artifacts whose subject is `digest`: the referrers API, else the tag schema."""
-        resp = self.request("GET", f"referrers/{digest}", headers={"Accept": OCI_INDEX})
-        if resp.ok and resp.headers.get("Content-Type", "").startswith(OCI_INDEX):
-            return json.loads(resp.content).get("manifests", [])
-        found = self.manifest(fallback_tag(digest))
-        return json.loads(found[0]).get("manifests", []) if found else []
+        """Descriptors of the artifacts whose subject is `digest`: the referrers API (every page), or where
+        the registry has none (it answers 404, 400 or 405, or not with an index), the tag schema's index."""
+        found: list[dict] = []
+        path: str | None = f"referrers/{digest}"
+        while path:
+            resp = self.request("GET", path, headers={"Accept": OCI_INDEX})
+            api = resp.ok and resp.headers.get("Content-Type", "").startswith(OCI_INDEX)
+            if not api and (resp.status_code in (400, 404, 405) or resp.ok):
+                if found:
+                    break
+                tagged = self.manifest(fallback_tag(digest))
+                return (
+                    descriptors(as_dict(tagged[0], "the referrers tag").get("manifests"), "the referrers tag") if tagged else []
+                )
+            if not resp.ok:
+                raise self.refused(resp, f"the referrers of {digest[:19]}…")
+            found += descriptors(as_dict(resp.content, "the referrers list").get("manifests", []), "the referrers list")
+            following = resp.links.get("next", {}).get("url")
+            path = urljoin(resp.url, following) if following else None
+        return found
 
     # ------------------------------------------------------------------ writing
 
@@ -264,14 +369,22 @@ def envelopes_about(registry: Registry, digest: str) -> list[tuple[dict, bytes]]
             raise NotVerified(
                 f"the registry lists the statement {descriptor['digest'][:19]}… for {digest[:19]}… but does not have it"
             )
-        manifest = json.loads(found[0])
-        if manifest.get("subject", {}).get("digest") != digest:
+        manifest = as_dict(found[0], f"the statement artifact {descriptor['digest'][:19]}…")
+        subject = manifest.get("subject")
+        about = subject.get("digest") if isinstance(subject, dict) else None
+        if about != digest:
             raise NotVerified(
-                f"the statement artifact {descriptor['digest'][:19]}… listed for {digest[:19]}… is about "
-                f"{manifest.get('subject', {}).get('digest', 'nothing')[:19]}…"
+                f"the statement artifact {descriptor['digest'][:19]}… listed for {digest[:19]}… is about {str(about or 'nothing')[:19]}…"
             )
-        layer = next((layer for layer in manifest.get("layers", []) if layer.get("mediaType") == ENVELOPE_MEDIA_TYPE), None)
-        if layer is None:
+        layers = manifest.get("layers")
+        candidates = [x for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
+        layer = next(
+            (x for x in candidates if x.get("mediaType") == ENVELOPE_MEDIA_TYPE and isinstance(x.get("digest"), str)), None
+        )
+        if layer is None or not DIGEST.fullmatch(layer["digest"]):
             raise NotVerified(f"the statement artifact {descriptor['digest'][:19]}… holds no DSSE envelope")
-        out.append(({**descriptor, "annotations": manifest.get("annotations", {})}, registry.blob(layer["digest"])))
+        annotations = manifest.get("annotations")
+        out.append(
+            ({**descriptor, "annotations": annotations if isinstance(annotations, dict) else {}}, registry.blob(layer["digest"]))
+        )
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import VerificationError
+from securesystemslib.exceptions import FormatError, VerificationError
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 
 from pipeline.errors import NotVerified, UsageError
@@ -129,13 +129,13 @@ def open_envelope(data: bytes, key: Key, what: str) -> dict:
     """The statement inside a DSSE envelope whose signature `key` verifies; NotVerified otherwise."""
     try:
         envelope = Envelope.from_dict(copy.deepcopy(json.loads(data)))
-    except (ValueError, KeyError, TypeError) as err:
+    except Exception as err:  # securesystemslib's FormatError, or any shape the JSON can take
         raise NotVerified(f"{what}: not a DSSE envelope ({type(err).__name__})") from None
     if envelope.payload_type != PAYLOAD_TYPE:
         raise NotVerified(f"{what}: payload type {envelope.payload_type!r}, not an in-toto statement")
     try:
         envelope.verify([key], 1)
-    except VerificationError:
+    except (VerificationError, FormatError, ValueError, TypeError):
         signed_by = ", ".join(s[:16] for s in envelope.signatures) or "nobody"
         raise NotVerified(
             f"{what}: the signature does not verify with key {key.keyid[:16]}… (signed by {signed_by}…): "

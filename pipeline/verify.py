@@ -9,13 +9,14 @@ naming the statement and why. Then one screen of what was proven, where, when, f
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
 from pipeline import referrers, signing
 from pipeline.errors import NotVerified
 from pipeline.labels import PREFIX
-from pipeline.statements import GPU_TESTS, INDEX_KINDS, PREDICATES, kind_of
+from pipeline.statements import GPU_TESTS, INDEX_KINDS, PREDICATES, STATEMENT_TYPE, kind_of
 
 IMAGE_KINDS = tuple(PREDICATES)
 VALIDATION_LABEL = f"{PREFIX}validation"
@@ -23,8 +24,8 @@ VALIDATION_LABEL = f"{PREFIX}validation"
 
 def _signers(envelope: bytes) -> set[str]:
     try:
-        return {s.get("keyid", "") for s in json.loads(envelope).get("signatures", [])}
-    except (ValueError, AttributeError):
+        return {str(s.get("keyid", "")) for s in json.loads(envelope).get("signatures", []) if isinstance(s, dict)}
+    except (ValueError, AttributeError, TypeError):
         return set()
 
 
@@ -48,15 +49,18 @@ def signed_statements(
     newest: dict[str, tuple[str, dict]] = {}
     for descriptor, envelope in ours:
         announced = descriptor.get("annotations", {}).get(referrers.PREDICATE_ANNOTATION, "?")
-        stmt = signing.open_envelope(envelope, key, f"{label}: the {kind_of(announced) or announced} statement")
-        kind = kind_of(stmt.get("predicateType", ""))
-        about = {f"{algo}:{value}" for s in stmt.get("subject", []) for algo, value in s.get("digest", {}).items()}
+        stmt = signing.open_envelope(envelope, key, f"{label}: the {kind_of(str(announced)) or announced} statement")
+        kind = kind_of(str(stmt.get("predicateType", "")))
+        subjects = stmt.get("subject")
+        if stmt.get("_type") != STATEMENT_TYPE or not isinstance(subjects, list) or len(subjects) != 1:
+            raise NotVerified(f"{label}: a signed {kind or 'unknown'} statement is not an in-toto v1 statement about one subject")
+        about = {f"{algo}:{value}" for algo, value in (subjects[0].get("digest") or {}).items()}
         if digest not in about:
             raise NotVerified(
                 f"{label}: the signed {kind or stmt.get('predicateType')} statement is about {', '.join(sorted(about)) or 'nothing'}, "
                 f"not {digest}: copied from another image"
             )
-        created = descriptor.get("annotations", {}).get(referrers.CREATED_ANNOTATION, "")
+        created = str(descriptor.get("annotations", {}).get(referrers.CREATED_ANNOTATION, ""))
         if kind and (kind not in newest or created >= newest[kind][0]):
             newest[kind] = (created, stmt)
     missing = [k for k in kinds if k not in newest]
@@ -86,8 +90,21 @@ def judge_result(test: dict, require_gpu: bool, label: str) -> None:
     )
 
 
+def lapsed(vulns: dict, today: dt.date) -> list[str]:
+    """Advisories the signed audit accepted only until a date that has passed."""
+    out = []
+    for result in vulns.get("scanner", {}).get("result", []):
+        notes = [a for a in result.get("annotations", []) if isinstance(a, dict)]
+        expires = next((str(a["expires"]) for a in notes if a.get("expires")), None)
+        if expires and expires < today.isoformat():
+            out.append(f"{result.get('id')} (accepted until {expires})")
+    return out
+
+
 def check_image(registry: referrers.Registry, digest: str, body: bytes, key, require_gpu: bool, label: str) -> dict:
-    config = json.loads(body).get("config", {}).get("digest")
+    config = (json.loads(body).get("config") or {}).get("digest")
+    if not isinstance(config, str) or not referrers.DIGEST.fullmatch(config):
+        raise NotVerified(f"{label}: the image manifest names no config digest")
 
     def forged_labels() -> str:
         """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
@@ -102,6 +119,9 @@ def check_image(registry: referrers.Registry, digest: str, body: bytes, key, req
     stmts = signed_statements(registry, digest, key, IMAGE_KINDS, label, forged_labels)
     test = stmts["test-result"]["predicate"]
     judge_result(test, require_gpu, label)
+    gone = lapsed(stmts["vulns"]["predicate"], dt.date.today())
+    if gone:
+        raise NotVerified(f"{label}: accepted advisories have lapsed: {', '.join(gone)}; rebuild it with a fresh audit")
     if test.get("imageId") != config:
         raise NotVerified(
             f"{label}: the proof ran in image {str(test.get('imageId'))[:19]}…, but {digest[:19]}… is image {str(config)[:19]}…"
@@ -110,9 +130,19 @@ def check_image(registry: referrers.Registry, digest: str, body: bytes, key, req
 
 
 def verify(image_ref: str, key_path: Path, require_gpu: bool = False) -> dict:
-    """Everything checked, as a record (verified: True); NotVerified at the first thing that does not hold."""
+    """Everything checked, as a record (verified: True); NotVerified at the first thing that does not hold.
+    Whatever the registry holds, malformed data is a one-line NotVerified, never a traceback."""
     key = signing.load_public_key(key_path)
     ref = referrers.parse_ref(image_ref)
+    try:
+        return _verify(ref, key, require_gpu)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:
+        raise NotVerified(
+            f"{ref}: malformed data in the registry ({type(err).__name__}: {str(err)[:120]}); not verified"
+        ) from None
+
+
+def _verify(ref: referrers.ImageRef, key, require_gpu: bool) -> dict:
     registry = referrers.Registry(ref)
     found = registry.manifest(ref.reference)
     if found is None:
@@ -131,7 +161,9 @@ def verify(image_ref: str, key_path: Path, require_gpu: bool = False) -> dict:
         stmts = signed_statements(registry, digest, key, INDEX_KINDS, f"{ref} (index)")
         judge_result(stmts["test-result"]["predicate"], require_gpu, f"{ref} (index)")
         record["index"] = summary(digest, stmts)
-        for child in json.loads(body).get("manifests", []):
+        listed = referrers.descriptors(json.loads(body).get("manifests"), f"{ref}'s index")
+        vouched = {f"sha256:{c['digest']['sha256']}" for c in stmts["test-result"]["predicate"].get("configuration", [])}
+        for child in listed:
             platform = child.get("platform", {})
             name = f"{platform.get('os')}/{platform.get('architecture')}"
             if name == "unknown/unknown":  # BuildKit's attestation manifests are not images
@@ -139,9 +171,13 @@ def verify(image_ref: str, key_path: Path, require_gpu: bool = False) -> dict:
             child_found = registry.manifest(child["digest"])
             if child_found is None:
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which the registry does not have")
-            record["images"].append(
+            if child["digest"] not in vouched:
+                raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which its signed test result does not")
+            images.append(
                 {"platform": name, **check_image(registry, child["digest"], child_found[0], key, require_gpu, f"{ref} {name}")}
             )
+        if not images:
+            raise NotVerified(f"{ref}: the index lists no image to verify")
     else:
         images.append(check_image(registry, digest, body, key, require_gpu, str(ref)))
     return record

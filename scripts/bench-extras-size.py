@@ -3,7 +3,10 @@
 gzip-compressed (level 6, as docker push writes layers) and zstd-compressed (level 3, skopeo's
 default), and the image's whole size.
 
-    .venv/bin/python scripts/bench-extras-size.py IMAGE
+    .venv/bin/python scripts/bench-extras-size.py IMAGE [--whole]
+
+--whole also compresses every layer of the image (`docker save`), as the registry would store it
+with zstd level 3 and with gzip level 6, and prints the sums.
 
 The groups are the Python packages each extra brought into the lock (the packages below) and the
 Debian packages of the image's rendering layer (apt's own log of that install). Each group's files
@@ -70,9 +73,33 @@ def measure(image: str, files: list[str]) -> dict:
     return {"files": len(files), "uncompressed": len(data), "gzip": len(gzip.compress(data, 6)), "zstd": len(zstd)}
 
 
+def whole_image(image: str) -> dict:
+    """Every layer of `image` (docker save's tar) compressed as a registry stores it: the sums."""
+    import tarfile
+
+    sums = {"layers": 0, "uncompressed": 0, "gzip": 0, "zstd": 0}
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    with tarfile.open(fileobj=save.stdout, mode="r|") as archive:
+        for member in archive:
+            if not member.isfile() or not (member.name.endswith("/layer.tar") or member.name.startswith("blobs/")):
+                continue
+            data = archive.extractfile(member).read()
+            if len(data) < 512:  # docker save's json files, not layers
+                continue
+            zstd = subprocess.run(["zstd", "-3", "-T0", "-c"], input=data, capture_output=True, check=True).stdout
+            gz = subprocess.run(["gzip", "-6", "-c"], input=data, capture_output=True, check=True).stdout
+            sums["layers"] += 1
+            sums["uncompressed"] += len(data)
+            sums["gzip"] += len(gz)
+            sums["zstd"] += len(zstd)
+    save.wait()
+    return sums
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("image")
+    parser.add_argument("--whole", action="store_true", help="also compress every layer of the image (slow: minutes)")
     args = parser.parse_args()
     listed = json.loads(
         docker("run", "--rm", "--entrypoint", "python3", args.image, "-c", LIST_FILES, json.dumps(GROUPS), RENDERING)
@@ -91,6 +118,12 @@ def main() -> int:
         )
     print(f"{'all of them':48} {'':6} {total['uncompressed'] / 1e6:8.1f} {total['gzip'] / 1e6:8.1f} {total['zstd'] / 1e6:8.1f}")
     print(f"Debian packages of the rendering layer: {', '.join(debian)}")
+    if args.whole:
+        sums = whole_image(args.image)
+        print(
+            f"whole image, {sums['layers']} layers: {sums['uncompressed'] / 1e9:.2f} GB as tar, gzip -6 {sums['gzip'] / 1e9:.2f} GB, "
+            f"zstd -3 {sums['zstd'] / 1e9:.2f} GB"
+        )
     return 0
 
 

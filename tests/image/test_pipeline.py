@@ -371,7 +371,8 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
         first_changed = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), len(new))
         assert first_changed < len(new), "the change did not reach the image"
         history = list(reversed(docker.api.history(rebuilt)))  # oldest first
-        project_start = max(i for i, h in enumerate(history) if h["CreatedBy"].strip().endswith("USER 0"))
+        # The project's own files start with the COPY of container/ (the rendering layer before it is Debian's)
+        project_start = next(i for i, h in enumerate(history) if "/opt/proven-torch/container/" in h["CreatedBy"])
         project = history[project_start:]
         layer_steps = [h for h in project if h["CreatedBy"].lstrip().startswith(("COPY", "RUN", "WORKDIR", "/bin/bash"))]
         assert len(new) - first_changed <= len(layer_steps), "a layer before the project's own files changed"
