@@ -164,23 +164,27 @@ def test_an_unreadable_token_file_gives_a_generated_token_and_a_log_line(tmp_pat
     assert "cannot be read" in result.stderr
 
 
-def test_the_examples_are_copied_into_an_empty_workspace(tmp_path):
+
+@pytest.fixture
+def examples(tmp_path):
+    """(notebooks folder with one example, an empty workspace)."""
     source = tmp_path / "notebooks"
     source.mkdir()
     (source / "ppo-cartpole.ipynb").write_text("{}")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
+    return source, workspace
+
+
+def test_the_examples_are_copied_into_an_empty_workspace(examples):
+    source, workspace = examples
     result = bash(f'EXAMPLES_SRC="{source}"; offer_examples "{workspace}"')
     assert result.returncode == 0 and (workspace / "examples" / "ppo-cartpole.ipynb").is_file()
     assert "copied into the empty workspace" in result.stderr
 
 
-def test_a_workspace_with_anything_in_it_is_left_alone(tmp_path):
-    source = tmp_path / "notebooks"
-    source.mkdir()
-    (source / "ppo-cartpole.ipynb").write_text("{}")
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+def test_a_workspace_with_anything_in_it_is_left_alone(examples):
+    source, workspace = examples
     (workspace / ".hidden").write_text("mine")
     result = bash(f'EXAMPLES_SRC="{source}"; offer_examples "{workspace}"')
     assert result.returncode == 0 and sorted(p.name for p in workspace.iterdir()) == [".hidden"]
