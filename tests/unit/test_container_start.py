@@ -164,7 +164,6 @@ def test_an_unreadable_token_file_gives_a_generated_token_and_a_log_line(tmp_pat
     assert "cannot be read" in result.stderr
 
 
-
 @pytest.fixture
 def examples(tmp_path):
     """(notebooks folder with one example, an empty workspace)."""
