@@ -69,3 +69,25 @@ def test_two_ranks_on_two_gpus_stay_identical(docker, image, options):
     assert ckpts[0]["update_epochs"] == ckpts[1]["update_epochs"] and ckpts[0]["loss_scale"] == ckpts[1]["loss_scale"]
     for key, value in ckpts[0]["agent"].items():
         assert torch.equal(value, ckpts[1]["agent"][key]), key
+
+
+# --- MuJoCo's frames from the driver's EGL --------------------------------------------------
+
+
+def test_mujoco_renders_through_the_drivers_egl(docker, image):
+    """The image asks for the `graphics` driver capability, so the Container Toolkit mounts the driver's
+    EGL, and glvnd takes it ahead of Mesa's llvmpipe (what a host without a GPU renders with)."""
+    script = (
+        "import gymnasium as gym\n"
+        "from OpenGL import GL\n"
+        "env = gym.make('HalfCheetah-v5', render_mode='rgb_array')\n"
+        "env.reset(seed=0)\n"
+        "frame = env.render()\n"
+        "print(GL.glGetString(GL.GL_RENDERER).decode(), '|', frame.shape, frame.std() > 1)\n"
+        "env.close()\n"
+    )
+    done = run_in_image(docker, image, ["python", "-c", script], timeout_s=300, gpus=1)
+    assert done.exit_code == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    renderer, shape = done.stdout.strip().splitlines()[-1].split(" | ")
+    assert "llvmpipe" not in renderer and "NVIDIA" in renderer.upper(), renderer
+    assert shape == "(480, 480, 3) True"
