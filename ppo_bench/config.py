@@ -13,7 +13,7 @@ import torch.nn as nn
 from ppo_bench.errors import ConfigError
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # --activation: the hidden layers' nonlinearity
-BACKENDS = ("torch", "gymnasium")
+BACKENDS = ("torch", "gymnasium", "atari")
 
 # Algorithm settings whose best value depends on the backend. `None` in Args means
 # "take it from here". The gymnasium column is CleanRL's ppo.py defaults. The
@@ -34,6 +34,8 @@ BACKEND_DEFAULTS = {
         clip_vloss=False,
         ent_coef=0.0,
         target_kl=0.03,
+        clip_coef=0.2,
+        amp="off",
     ),
     "gymnasium": dict(
         total_timesteps=500_000,
@@ -45,6 +47,24 @@ BACKEND_DEFAULTS = {
         clip_vloss=True,
         ent_coef=0.01,
         target_kl=0.0,
+        clip_coef=0.2,
+        amp="off",
+    ),
+    # CleanRL's ppo_atari_envpool.py, except --amp: bf16 wherever the device computes it
+    # natively (the Nature CNN's update took 2.4x less time on this project's CPU,
+    # docs/ppo-benchmark.md; learning is shown with it, docs/benchmarks.md).
+    "atari": dict(
+        total_timesteps=10_000_000,
+        num_envs=8,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_vloss=True,
+        ent_coef=0.01,
+        target_kl=0.0,
+        clip_coef=0.1,
+        amp="auto",
     ),
 }
 
@@ -67,20 +87,21 @@ class Args:
     to gain from more, and extra threads spin against other work on a shared CPU"""
 
     # --- environment ----------------------------------------------------------
-    backend: str = "torch"
-    """'torch': CartPole-v1 batched in torch on the device; 'gymnasium': gymnasium vector envs on the host"""
+    backend: str = "auto"
+    """'torch': CartPole-v1 batched in torch on the device; 'gymnasium': gymnasium vector envs on the host; 'atari': ALE games
+    in ale-py's vector environment (C++ threads), Nature CNN policy; 'auto': atari for ALE/... ids, torch for CartPole-v1, else gymnasium"""
     env_id: str = "CartPole-v1"
-    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1)"""
+    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1; atari: e.g. ALE/Breakout-v5)"""
     num_envs: int | None = None
-    """parallel environments per process (default per backend: torch 256, gymnasium 4)"""
+    """parallel environments per process (default per backend: torch 256, gymnasium 4, atari 8)"""
 
     # --- algorithm --------------------------------------------------------------
     total_timesteps: int | None = None
-    """total environment steps over all processes (default: torch 2,000,000, gymnasium 500,000)"""
+    """total environment steps over all processes (default: torch 2,000,000, gymnasium 500,000, atari 10,000,000)"""
     learning_rate: float | None = None
-    """Adam learning rate (default: torch 4e-3, gymnasium 2.5e-4)"""
+    """Adam learning rate (default: torch 4e-3, gymnasium and atari 2.5e-4)"""
     num_steps: int | None = None
-    """steps per environment per rollout (default: torch 16, gymnasium 128)"""
+    """steps per environment per rollout (default: torch 16, gymnasium and atari 128)"""
     anneal_lr: bool = True
     """anneal the learning rate linearly to 0 over total_timesteps"""
     gamma: float = 0.99
@@ -93,28 +114,29 @@ class Args:
     """epochs over each rollout batch (default 4)"""
     norm_adv: bool = True
     """normalise advantages per minibatch"""
-    clip_coef: float = 0.2
-    """the surrogate clipping coefficient (also clips the value loss)"""
+    clip_coef: float | None = None
+    """the surrogate clipping coefficient, also clips the value loss (default: atari 0.1 as CleanRL, else 0.2)"""
     clip_vloss: bool | None = None
-    """use the clipped value loss of the PPO paper (default: torch backend off, it slowed learning there; gymnasium on, as CleanRL)"""
+    """use the clipped value loss of the PPO paper (default: torch backend off, it slowed learning there; gymnasium and atari on, as CleanRL)"""
     ent_coef: float | None = None
-    """coefficient of the entropy bonus (default: torch 0.0, gymnasium 0.01 as CleanRL)"""
+    """coefficient of the entropy bonus (default: torch 0.0, gymnasium and atari 0.01 as CleanRL)"""
     vf_coef: float = 0.5
     """coefficient of the value loss"""
     max_grad_norm: float = 0.5
     """the maximum norm for gradient clipping"""
     target_kl: float | None = None
-    """stop an update's epochs early when the approximate KL exceeds this; 0 = never (default: torch 0.03, gymnasium 0)"""
+    """stop an update's epochs early when the approximate KL exceeds this; 0 = never (default: torch 0.03, gymnasium and atari 0)"""
     bootstrap_truncation: bool = True
     """bootstrap truncated episodes (time limit) with V(final observation) instead of treating them as terminal"""
     hidden_size: int = 64
-    """width of the two hidden layers of the actor and of the critic"""
+    """width of the two hidden layers of the actor and of the critic (MLP policies; atari uses the Nature CNN)"""
     activation: str = "tanh"
-    """hidden activation: 'tanh' (CleanRL) or 'relu'"""
+    """hidden activation of the MLP policies: 'tanh' (CleanRL) or 'relu'"""
 
     # --- target and outputs -------------------------------------------------------
     target_return: float | None = None
-    """mean return over the last `target_window` episodes that counts as solved (default: the env's reward threshold, 475 for CartPole-v1)"""
+    """mean return over the last `target_window` episodes that counts as solved (default: the env's reward threshold, 475 for
+    CartPole-v1; ALE games have none). Atari returns are whole games, unclipped"""
     target_window: int = 100
     """how many of the most recent finished episodes the target mean is taken over"""
     stop_at_target: bool = False
@@ -133,16 +155,24 @@ class Args:
     """continue the run whose checkpoint is in out_dir, exactly where it stopped"""
     stop_after_iterations: int = 0
     """stop (with a checkpoint) after this many iterations of this invocation; 0 = no limit. For time-sliced jobs"""
+    time_limit: float = 0.0
+    """stop (with a checkpoint) after the iteration during which this many seconds have passed since the start; 0 = no limit.
+    For benchmarks of a fixed duration (`proof --bench atari --seconds N`)"""
     dist_timeout: float = 300.0
     """torchrun jobs: seconds a collective waits for the other ranks; then the run fails with one line naming the rank and the collective"""
 
     # --- speed options (docs/ppo-benchmark.md says what each one is worth) --------
     cuda_graphs: bool = False
-    """capture each rollout (policy + torch CartPole, num_steps steps) in one CUDA graph; cuda + torch backend only"""
+    """cuda only. torch backend: capture each rollout (policy + torch CartPole, num_steps steps) in one CUDA graph; gymnasium
+    and atari: with --compile, compile in mode 'reduce-overhead' (CUDA graphs of the policy step and of the loss)"""
     compile: bool = False
     """torch.compile the rollout step and the loss (needs a C++ compiler on CPU; compiling takes tens of seconds)"""
-    amp: str = "off"
-    """automatic mixed precision for the networks: 'off', 'bf16', or 'fp16' (cuda only, with GradScaler)"""
+    channels_last: bool = False
+    """atari: the Nature CNN's weights and inputs in channels-last memory format"""
+    amp: str | None = None
+    """automatic mixed precision for the networks: 'off', 'bf16', 'fp16' (cuda only, with GradScaler), or 'auto' (bf16 where
+    the device computes it natively: a CUDA GPU that supports it, a CPU with AVX512-BF16 or AMX; else off). Default: atari
+    auto, else off"""
     adam: str = "auto"
     """Adam implementation: 'foreach', 'fused', or 'auto' (= fused: on CPU measurably faster here, and fewer kernels on cuda)"""
 
@@ -155,6 +185,7 @@ RUNTIME_ONLY_FIELDS = {
     "checkpoint_every",
     "resume",
     "stop_after_iterations",
+    "time_limit",
     "require_gpu",
     "fail_below_target",
     "stop_at_target",
@@ -164,14 +195,18 @@ RUNTIME_ONLY_FIELDS = {
 
 def resolve_args(args: Args) -> Args:
     """Fill backend defaults and check that the arguments can work together."""
+    if args.backend == "auto":
+        args = dataclasses.replace(args, backend=backend_for(args.env_id))
     if args.backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, not {args.backend!r}")
+        raise ConfigError(f"--backend must be one of auto, {', '.join(BACKENDS)}, not {args.backend!r}")
     filled = {k: v for k, v in BACKEND_DEFAULTS[args.backend].items() if getattr(args, k) is None}
     args = dataclasses.replace(args, **filled)
     if args.target_kl is not None and args.target_kl <= 0:
         args = dataclasses.replace(args, target_kl=None)
     if args.target_return is None:
         args = dataclasses.replace(args, target_return=_default_target(args))
+    if args.time_limit < 0:
+        raise ConfigError(f"--time-limit must be 0 (none) or a number of seconds, got {args.time_limit}")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "target_window"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -182,19 +217,30 @@ def resolve_args(args: Args) -> Args:
         )
     if args.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"--device must be auto, cpu or cuda, not {args.device!r}")
-    if args.amp not in ("off", "bf16", "fp16"):
-        raise ConfigError(f"--amp must be off, bf16 or fp16, not {args.amp!r}")
+    if args.amp not in ("off", "bf16", "fp16", "auto"):
+        raise ConfigError(f"--amp must be off, bf16, fp16 or auto, not {args.amp!r}")
     if args.activation not in ACTIVATIONS:
         raise ConfigError(f"--activation must be one of {', '.join(ACTIVATIONS)}, not {args.activation!r}")
     if args.adam not in ("auto", "foreach", "fused"):
         raise ConfigError(f"--adam must be auto, foreach or fused, not {args.adam!r}")
     if args.require_gpu and args.device == "cpu":
         raise ConfigError("--require-gpu contradicts --device cpu")
-    if args.cuda_graphs and args.backend != "torch":
-        raise ConfigError("--cuda-graphs needs --backend torch (gymnasium envs step on the host)")
+    if args.cuda_graphs and args.backend != "torch" and not args.compile:
+        raise ConfigError(f"--cuda-graphs with --backend {args.backend} needs --compile (the environments step on the host)")
+    if args.channels_last and args.backend != "atari":
+        raise ConfigError("--channels-last is for the atari backend's CNN; the MLP policies have no image inputs")
+    if args.backend == "atari" and not args.env_id.startswith("ALE/"):
+        raise ConfigError(f"--backend atari plays ALE games (--env-id ALE/Breakout-v5 ...), not {args.env_id!r}")
     if args.fail_below_target and args.target_return is None:
         raise ConfigError(f"--fail-below-target needs --target-return ({args.env_id} has no reward threshold)")
     return args
+
+
+def backend_for(env_id: str) -> str:
+    """--backend auto: the backend that plays `env_id`."""
+    if env_id.startswith("ALE/"):
+        return "atari"
+    return "torch" if env_id == "CartPole-v1" else "gymnasium"
 
 
 def _default_target(args: Args) -> float | None:

@@ -37,6 +37,17 @@ def pick_device(args: Args, local_rank: int) -> torch.device:
     return device
 
 
+def resolve_amp(args: Args, device: torch.device) -> str:
+    """--amp auto: bf16 where `device` computes it natively, else off; any other value as given."""
+    if args.amp != "auto":
+        return args.amp
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "off"
+    # oneDNN's bf16 kernels need AVX512-BF16 or AMX; elsewhere bf16 is emulated and slower than float32.
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return "bf16" if native else "off"
+
+
 def make_optimizer(args: Args, params) -> torch.optim.Adam:
     impl = {"fused": True} if args.adam in ("auto", "fused") else {"foreach": True}
     return torch.optim.Adam(params, lr=args.learning_rate, eps=1e-5, **impl)
@@ -52,7 +63,11 @@ def make_autocast(args: Args, device: torch.device):
 
 
 def maybe_compile(fn, args: Args):
-    return torch.compile(fn) if args.compile else fn
+    """torch.compile `fn` with --compile; with --cuda-graphs too (gymnasium and atari backends), in mode
+    'reduce-overhead': inductor then replays the compiled graphs as CUDA graphs."""
+    if not args.compile:
+        return fn
+    return torch.compile(fn, mode="reduce-overhead" if args.cuda_graphs and args.backend != "torch" else None)
 
 
 def graph_of_rollout(rollout, envs, next_obs: torch.Tensor, device: torch.device) -> torch.cuda.CUDAGraph:

@@ -13,12 +13,18 @@ CleanRL's ppo.py records no episode returns on gymnasium 1.x.
   thousands of environments per call, no host round trip per step.
 * `GymVectorEnv`: any gymnasium environment id through `gymnasium.vector.SyncVectorEnv`
   (discrete or Box actions), wrapped in `RecordEpisodeStatistics`.
+* `AtariEnv`: ALE games through ale-py's `AtariVectorEnv`, which steps, preprocesses
+  (84x84 grey, max-pooled frame skip 4, 4 stacked frames, up to 30 no-ops and FIRE on
+  reset) and resets the games in C++ threads: EnvPool's Atari settings, which CleanRL's
+  ppo_atari_envpool.py trains with.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -69,8 +75,10 @@ class TorchCartPole:
     reset_low, reset_high = -0.05, 0.05
 
     single_observation_shape = (4,)
+    observation_dtype = torch.float32
     num_actions = 2
     continuous = False
+    resumable = True  # state_dict() holds everything a resumed run needs
 
     def __init__(
         self, num_envs: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, max_episode_steps: int = 500
@@ -169,6 +177,8 @@ class GymVectorEnv:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
+        self.observation_dtype = torch.float32
+        self.resumable = True
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise ConfigError(f"{env_id}: only flat Box observations are supported, got {obs_space}")
@@ -231,6 +241,92 @@ class GymVectorEnv:
         self.envs.close()
 
 
+class AtariEnv:
+    """ALE games (`ALE/Breakout-v5` ...) as ale-py's `AtariVectorEnv`, same-step autoreset.
+
+    Observations are uint8 (num_envs, 4, 84, 84) stacks, kept as uint8 on the device (the
+    policy scales them). As CleanRL trains Atari: a lost life ends the episode for the
+    learner (`terminated`) while the game plays on, and the learner sees rewards clipped to
+    their sign. The episodes this reports (`episode_return`, `episode_length`) are whole
+    games with their unclipped score, which is what Atari results quote; they end at game
+    over or at the 108,000-frame limit (`truncated`).
+
+    A checkpoint keeps the trainer exact but not the games: ALE's emulators are not saved,
+    so `--resume` starts new games (and says so).
+    """
+
+    observation_dtype = torch.uint8
+    continuous = False
+    resumable = False
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
+        from ale_py.roms import get_all_rom_ids
+        from ale_py.vector_env import AtariVectorEnv
+
+        self.game = rom_of(env_id)
+        if self.game not in get_all_rom_ids():
+            raise ConfigError(f"--env-id {env_id!r}: ale-py has no ROM {self.game!r} (ale_py.roms.get_all_rom_ids() lists them)")
+        self._vec = AtariVectorEnv(
+            self.game, num_envs, autoreset_mode="SameStep", reward_clipping=False, life_loss_info=True, episodic_life=False
+        )
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.seed = seed
+        self.single_observation_shape = tuple(self._vec.single_observation_space.shape)
+        self.num_actions = int(self._vec.single_action_space.n)
+        self._lives = np.zeros(num_envs, dtype=np.int64)
+        self._game_return = np.zeros(num_envs, dtype=np.float64)
+        self._game_length = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self) -> torch.Tensor:
+        obs, info = self._vec.reset(seed=self.seed)
+        self._lives[:] = info["lives"]
+        self._game_return[:] = 0
+        self._game_length[:] = 0
+        return torch.from_numpy(obs).to(self.device)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        obs, reward, terminated, truncated, info = self._vec.step(action.cpu().numpy().astype(np.int64))
+        lives = info["lives"]
+        self._game_return += reward
+        self._game_length += 1
+        # A terminated step either lost a life (the game plays on, fewer lives) or ended the game (which
+        # the same step restarted with full lives; games without lives report 0 throughout).
+        game_over = (terminated & ~(lives < self._lives)) | truncated
+        self._lives[:] = lives
+        ep_ret = np.where(game_over, self._game_return, 0.0).astype(np.float32)
+        ep_len = np.where(game_over, self._game_length, 0).astype(np.int32)
+        self._game_return[game_over] = 0
+        self._game_length[game_over] = 0
+        done = terminated | truncated
+        final_obs = np.where(done[:, None, None, None], info["final_obs"], obs) if done.any() else obs
+        to = functools.partial(torch.as_tensor, device=self.device)
+        return StepOut(
+            obs=to(obs),
+            reward=to(np.sign(reward), dtype=torch.float32),
+            terminated=to(terminated),
+            truncated=to(truncated),
+            final_obs=to(final_obs),
+            episode_return=to(ep_ret),
+            episode_length=to(ep_len),
+        )
+
+    def state_dict(self) -> dict:
+        return {"game": self.game}
+
+    def load_state_dict(self, sd: dict) -> None:
+        pass  # the trainer resets the games (resumable = False)
+
+    def close(self) -> None:
+        self._vec.close()
+
+
+def rom_of(env_id: str) -> str:
+    """gymnasium's ALE id -> ale-py's ROM name: ALE/MontezumaRevenge-v5 -> montezuma_revenge."""
+    name = env_id.removeprefix("ALE/").split("-v")[0]
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def make_envs(backend: str, env_id: str, num_envs: int, seed: int, device: torch.device):
     """The environments for one process (one rank)."""
     if backend == "torch":
@@ -241,4 +337,6 @@ def make_envs(backend: str, env_id: str, num_envs: int, seed: int, device: torch
         return TorchCartPole(num_envs, device)
     if backend == "gymnasium":
         return GymVectorEnv(env_id, num_envs, seed, device)
-    raise ConfigError(f"--backend must be 'torch' or 'gymnasium', not {backend!r}")
+    if backend == "atari":
+        return AtariEnv(env_id, num_envs, seed, device)
+    raise ConfigError(f"--backend must be 'torch', 'gymnasium' or 'atari', not {backend!r}")

@@ -57,9 +57,11 @@ def result_record(
 
 
 def device_facts(device: torch.device) -> dict:
+    on_gpu = device.type == "cuda"
     return {
         "device": str(device),
-        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "gpu_name": torch.cuda.get_device_name(device) if on_gpu else None,
+        "gpu_max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20 if on_gpu else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
@@ -69,7 +71,7 @@ def device_facts(device: torch.device) -> dict:
 def versions() -> dict:
     """Versions of what the run used (read from package metadata, no imports)."""
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    for pkg in ("gymnasium", "numpy", "tensorboard", "matplotlib"):
+    for pkg in ("gymnasium", "ale-py", "numpy", "tensorboard", "matplotlib"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -174,7 +176,8 @@ def plot_learning_curve(
     ax.set_ylabel("episodic return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # a run too short to finish an episode has no lines
+        ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png"))
     plt.close(fig)

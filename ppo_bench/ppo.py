@@ -23,6 +23,7 @@ Entry point: `python -m ppo_bench --help` (CLI in __main__.py); `train(Args(...)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -39,16 +40,17 @@ import torch.nn as nn
 
 from ppo_bench import checkpoint, outputs
 from ppo_bench.config import ACTIVATIONS, Args, resolve_args
-from ppo_bench.device import graph_of_rollout, make_autocast, make_optimizer, maybe_compile, pick_device
+from ppo_bench.device import graph_of_rollout, make_autocast, make_optimizer, maybe_compile, pick_device, resolve_amp
 from ppo_bench.distributed import Collectives
 from ppo_bench.envs import make_envs
 
 # =============================================================================
-# The agent: separate actor and critic MLPs (64-64, tanh), CleanRL's init.
+# The agents: separate actor and critic MLPs (64-64, tanh) for vector observations,
+# the Nature CNN with two heads for Atari frames; CleanRL's init for both.
 # =============================================================================
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
@@ -63,6 +65,19 @@ def mlp(in_dim: int, out_dim: int, out_std: float, hidden: int, activation: str)
         act(),
         layer_init(nn.Linear(hidden, out_dim), std=out_std),
     )
+
+
+def sample_categorical(logits: torch.Tensor):
+    """A sample of the categorical distribution of `logits`, and its log-probability."""
+    logp = logits.float().log_softmax(-1)
+    # Gumbel-max trick: argmax(logp + Gumbel) = argmax(logp - log(Exponential)) is a categorical sample.
+    action = (logp - torch.empty_like(logp).exponential_().log()).argmax(-1)
+    return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+
+def categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
+    logp = logits.float().log_softmax(-1)
+    return logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
 
 
 class Agent(nn.Module):
@@ -87,10 +102,7 @@ class Agent(nn.Module):
             action = out + logstd.exp() * torch.randn_like(out)
             logprob = gaussian_logprob(action, out, logstd).sum(-1)
         else:
-            logp = out.float().log_softmax(-1)
-            # Gumbel-max trick: argmax(logp + Gumbel) = argmax(logp - log(Exponential)) is a categorical sample.
-            action = (logp - torch.empty_like(logp).exponential_().log()).argmax(-1)
-            logprob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            action, logprob = sample_categorical(out)
         return action, logprob, self.value(obs)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
@@ -101,10 +113,54 @@ class Agent(nn.Module):
             logprob = gaussian_logprob(action, out, logstd).sum(-1)
             entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
         else:
-            logp = out.float().log_softmax(-1)
-            logprob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp.exp() * logp).sum(-1)
+            logprob, entropy = categorical_logprob_entropy(out, action)
         return logprob, entropy, self.value(obs)
+
+
+class AtariAgent(nn.Module):
+    """The Nature DQN network (Mnih et al. 2015) as CleanRL's PPO uses it: three convolutions and a
+    512-unit layer shared by a policy head and a value head, over 4 stacked 84x84 uint8 frames."""
+
+    def __init__(self, num_actions: int, in_frames: int = 4, channels_last: bool = False):
+        super().__init__()
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(in_frames, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+        self.to(memory_format=self.memory_format)
+
+    def hidden(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.network((obs.float() / 255.0).contiguous(memory_format=self.memory_format))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.hidden(obs)).squeeze(-1)
+
+    def act(self, obs: torch.Tensor):
+        hidden = self.hidden(obs)
+        action, logprob = sample_categorical(self.actor(hidden))
+        return action, logprob, self.critic(hidden).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+        hidden = self.hidden(obs)
+        logprob, entropy = categorical_logprob_entropy(self.actor(hidden), action)
+        return logprob, entropy, self.critic(hidden).squeeze(-1)
+
+
+def make_agent(args: Args, envs) -> nn.Module:
+    if args.backend == "atari":
+        return AtariAgent(envs.num_actions, envs.single_observation_shape[0], args.channels_last)
+    obs_dim = int(np.prod(envs.single_observation_shape))
+    return Agent(obs_dim, envs.num_actions, envs.continuous, args.hidden_size, args.activation)
 
 
 def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
@@ -184,8 +240,8 @@ class Storage:
         zeros = functools.partial(torch.zeros, device=device)
         actions = zeros((T, N, envs.num_actions)) if envs.continuous else zeros((T, N), dtype=torch.long)
         return cls(
-            obs=zeros((T, N) + shape),
-            final_obs=zeros((T, N) + shape),
+            obs=zeros((T, N) + shape, dtype=envs.observation_dtype),
+            final_obs=zeros((T, N) + shape, dtype=envs.observation_dtype),
             actions=actions,
             logprobs=zeros((T, N)),
             values=zeros((T, N)),
@@ -194,7 +250,7 @@ class Storage:
             truncs=zeros((T, N), dtype=torch.bool),
             ep_ret=zeros((T, N)),
             ep_len=zeros((T, N), dtype=torch.int32),
-            next_obs=zeros((N,) + shape),
+            next_obs=zeros((N,) + shape, dtype=envs.observation_dtype),
         )
 
 
@@ -331,6 +387,7 @@ def train(args: Args) -> dict:
     t_start, cpu_start = time.perf_counter(), time.process_time()
     args = resolve_args(args)
     device = pick_device(args, int(os.environ.get("LOCAL_RANK", "0")))
+    args = dataclasses.replace(args, amp=resolve_amp(args, device))
     comms = Collectives(device, args.dist_timeout)
     rank, world_size = comms.rank, comms.world_size
     if args.threads:
@@ -346,7 +403,7 @@ def train(args: Args) -> dict:
     seed_everything(args.seed + rank, args.torch_deterministic, device)
     envs = make_envs(args.backend, args.env_id, N, seed=args.seed + 100_000 * rank, device=device)
     obs_shape = envs.single_observation_shape
-    agent = Agent(int(np.prod(obs_shape)), envs.num_actions, envs.continuous, args.hidden_size, args.activation).to(device)
+    agent = make_agent(args, envs).to(device)
     for p in agent.parameters():
         comms.broadcast_(p.data, "the initial weights (broadcast from rank 0)")
     params = list(agent.parameters())
@@ -359,14 +416,28 @@ def train(args: Args) -> dict:
         store.next_obs.copy_(envs.reset())
     else:
         state = checkpoint.restore(ckpt, agent, optimizer, scaler, envs, store.next_obs, device)
+        if not envs.resumable:
+            print(f"ppo_bench: --resume: the checkpoint holds no {args.env_id} emulator states; new games start", flush=True)
+            store.next_obs.copy_(envs.reset())
     recent = deque(state.ep_returns[-args.target_window :], maxlen=args.target_window)
 
-    def act_and_step(obs):
+    def act(obs):
         with autocast():
-            action, logprob, value = agent.act(obs)
-        return action, logprob, value, envs.step(action)
+            return agent.act(obs)
 
-    act_and_step = maybe_compile(act_and_step, args)
+    if args.backend == "torch":  # torch's CartPole compiles (and graphs) together with the policy
+
+        def act_and_step(obs):
+            action, logprob, value = act(obs)
+            return action, logprob, value, envs.step(action)
+
+        act_and_step = maybe_compile(act_and_step, args)
+    else:  # environments on the host: only the policy is compiled
+        act = maybe_compile(act, args)
+
+        def act_and_step(obs):
+            action, logprob, value = act(obs)
+            return action, logprob, value, envs.step(action)
 
     @torch.no_grad()
     def rollout():
@@ -384,7 +455,8 @@ def train(args: Args) -> dict:
             store.ep_len[t].copy_(out.episode_length)
             store.next_obs.copy_(out.obs)
 
-    rollout_graph = graph_of_rollout(rollout, envs, store.next_obs, device) if args.cuda_graphs else None
+    whole_rollout_graph = args.cuda_graphs and args.backend == "torch"
+    rollout_graph = graph_of_rollout(rollout, envs, store.next_obs, device) if whole_rollout_graph else None
 
     loss_fn = maybe_compile(functools.partial(ppo_loss, agent, args, autocast), args)
 
@@ -433,11 +505,14 @@ def train(args: Args) -> dict:
         with torch.no_grad():
             rewards = store.rewards
             if args.bootstrap_truncation:
-                # A time-limit cut is not a failure: add gamma * V(final obs) to its reward.
-                cut = (store.truncs & ~store.terms).float()
-                with autocast():
-                    final_values = agent.value(store.final_obs.reshape((-1,) + obs_shape)).float()
-                rewards = store.rewards + args.gamma * final_values.view(T, N) * cut
+                # A time-limit cut is not a failure: add gamma * V(final obs) to its reward
+                # (the value of the cut steps' final observations only: Atari's are CNN passes).
+                cut = (store.truncs & ~store.terms).reshape(-1)
+                if cut.any():
+                    with autocast():
+                        final_values = agent.value(store.final_obs.reshape((-1,) + obs_shape)[cut]).float()
+                    rewards = store.rewards.reshape(-1).index_add(0, cut.nonzero()[:, 0], args.gamma * final_values)
+                    rewards = rewards.view(T, N)
             with autocast():
                 next_value = agent.value(store.next_obs).float()
             dones = (store.terms | store.truncs).float()
@@ -481,7 +556,10 @@ def train(args: Args) -> dict:
 
         stop = args.stop_at_target and state.reached["steps_to_target"] is not None
         sliced = args.stop_after_iterations and iteration - state.start_iteration + 1 >= args.stop_after_iterations
-        if stop or sliced or iteration == num_iterations:
+        timed_out = bool(args.time_limit) and comms.any(
+            time.perf_counter() - t_start >= args.time_limit, "the time-limit decision (all_reduce)"
+        )
+        if stop or sliced or timed_out or iteration == num_iterations:
             break
         due = bool(args.checkpoint_every) and time.monotonic() - last_ckpt >= args.checkpoint_every
         if comms.any(due, "the checkpoint decision (all_reduce)"):  # every rank saves the same iteration

@@ -1,4 +1,5 @@
-"""Run CleanRL's unmodified ppo.py with timestamps on its output (used by bench-ppo.py).
+"""Run CleanRL's unmodified ppo.py (or ppo_atari_envpool.py) with timestamps on its output
+(used by bench-ppo.py and bench-ppo-atari.py).
 
     CLEANRL_VENV/bin/python bench-ppo-cleanrl-runner.py PATH/TO/ppo.py [ppo.py args...]
 
@@ -15,6 +16,7 @@ fires and it records no episode returns.
 """
 
 import builtins
+import contextlib
 import runpy
 import sys
 import time
@@ -25,6 +27,10 @@ import torch  # noqa: F401
 import torch._dynamo  # noqa: F401  (torch.optim.Adam imports it on first use; ppo_bench imports it up front too)
 import tyro  # noqa: F401
 from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+
+with contextlib.suppress(ImportError):  # ppo_atari_envpool.py's own imports, also before the clock
+    import envpool  # noqa: F401
+    import gym  # noqa: F401
 
 _print = builtins.print
 _t0, _c0 = time.perf_counter(), time.process_time()

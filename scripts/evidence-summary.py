@@ -2,7 +2,7 @@
 """Summarise a scripts/gpu-evidence.sh run as Markdown: python3 scripts/evidence-summary.py OUT_DIR.
 
 Reads what the run wrote (machine.txt, steps.txt, proof/proof.json,
-throughput-*.json) and says for each step what it measured, or that it did not
+throughput-*.json, atari-*.json with atari-*.gpu.csv) and says for each step what it measured, or that it did not
 finish. Nothing is reported as passed that did not pass.
 """
 
@@ -52,7 +52,38 @@ def summary(out: Path) -> str:
             )
         else:
             lines.append(f"| {name} | {steps[name]} | no result.json: it did not finish (see evidence.log) |")
+    for name in sorted(n for n in steps if n.startswith("atari")):
+        result = load(out / f"{name}.json")
+        if name == "atari" or not result:
+            why = "ale-py did not import: NOT RUN" if name == "atari" else "no result.json: it did not finish (see evidence.log)"
+            lines.append(f"| {name} | {steps[name]} | {why} |")
+            continue
+        args = result.get("args") or {}
+        options = " ".join(f"--{k.replace('_', '-')}" for k in ("compile", "cuda_graphs", "channels_last") if args.get(k))
+        lines.append(
+            f"| {name} | {steps[name]} | Breakout, {result['num_envs']} envs, amp {args.get('amp')} {options} on "
+            f"{result['device']} {result.get('gpu_name') or ''}: {result['sps_end_to_end']:,.0f} steps/s end to end "
+            f"({result['sps_rollout']:,.0f} rollout, {result['sps_update']:,.0f} update) over {result['total_env_steps']:,} steps; "
+            f"{gpu_use(out / f'{name}.gpu.csv', result)} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def gpu_use(csv: Path, result: dict) -> str:
+    """GPU utilisation (mean and peak of nvidia-smi's 0.5 s samples) and memory, or why there are none."""
+    peak_alloc = result.get("gpu_max_memory_allocated_mib")
+    alloc = f"torch peak allocated {peak_alloc:,.0f} MiB" if peak_alloc is not None else "no torch GPU memory (not on a GPU)"
+    try:
+        rows = [[float(x) for x in line.split(",")] for line in csv.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        rows = []
+    if not rows:
+        return f"GPU utilisation not sampled; {alloc}"
+    util = [r[0] for r in rows]
+    return (
+        f"GPU utilisation mean {sum(util) / len(util):.0f}%, peak {max(util):.0f}% ({len(rows)} samples); "
+        f"memory used peak {max(r[1] for r in rows):,.0f} MiB; {alloc}"
+    )
 
 
 if __name__ == "__main__":

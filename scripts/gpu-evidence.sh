@@ -7,16 +7,34 @@
 #
 # Writes OUT_DIR (default docs/evidence/<date>-<GPU>/): the proof (smoke.json,
 # proof.json, the gate's result.json and learning curve), throughput-*.json,
-# machine.txt, evidence.log and summary.md. Each step has its own timeout; the
-# whole run stays under 8 minutes. The expectations are "as installed" (the
+# atari-*.json, machine.txt, evidence.log and summary.md. Each step has its own timeout; the
+# whole run stays under 10 minutes. The expectations are "as installed" (the
 # machine's torch is not the image's); NVIDIA's minimum driver for its CUDA line
 # still applies. gymnasium, tensorboard and matplotlib are optional.
+#
+# 3. The Atari mode of ppo_bench (Breakout, Nature CNN) for a fixed time each: eager,
+# --compile, --compile --cuda-graphs at CleanRL's settings (8 environments), and the
+# graphed configuration with 64 environments; steps/s, GPU utilisation and memory
+# (nvidia-smi sampled every 0.5 s) in atari-*.json and atari-*.gpu.csv. ale-py and
+# gymnasium come from the machine, else from the wheels in $GPU_EVIDENCE_WHEELS
+# (default .wheels/, which `bash scripts/gpu-evidence.sh --wheels` fills from PyPI
+# beforehand, for a GPU machine that reaches no index).
 #
 # PYTHON picks the interpreter (default python3). GPU_EVIDENCE_CPU=1 runs the
 # same steps on the CPU with a small throughput configuration, to test this
 # script where no GPU is: its output says so and is never GPU evidence.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+
+WHEELS=${GPU_EVIDENCE_WHEELS:-.wheels}
+if [[ "${1:-}" == --wheels ]]; then  # ale-py for CPython 3.10-3.13 and gymnasium, at the matrix's pins
+    for v in 3.10 3.11 3.12 3.13; do
+        python3 -m pip download --quiet --only-binary=:all: --python-version "$v" --platform manylinux_2_28_x86_64 \
+            --dest "$WHEELS" "$(python3 build.py list --pin ale-py)" "$(python3 build.py list --pin gymnasium)" || exit 1
+    done
+    ls "$WHEELS"
+    exit 0
+fi
 
 PY=${PYTHON:-python3}
 CPU_ONLY=${GPU_EVIDENCE_CPU:-0}
@@ -68,6 +86,38 @@ for amp in off "$AMP"; do
     rm -f "$OUT"/throughput-amp-"$amp"/checkpoint.pt
 done
 rm -f "$OUT"/proof/ppo*/checkpoint.pt
+
+# 3. Atari: a fixed time per configuration, with the GPU sampled beside it.
+if ! "$PY" -c 'import ale_py.vector_env' 2>/dev/null && [[ -d "$WHEELS" ]]; then
+    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" --target "$OUT/.site" ale-py gymnasium 2>&1 | tee -a "$LOG"
+    export PYTHONPATH="$PWD/$OUT/.site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [[ "$CPU_ONLY" == 1 ]]; then
+    ATARI=("eager:--num-envs 8") ATARI_SECONDS=15  # --compile against eager: tests/unit/test_ppo_atari.py
+else
+    ATARI=("eager:--num-envs 8" "compile:--num-envs 8 --compile" "cudagraphs:--num-envs 8 --compile --cuda-graphs"
+        "cudagraphs-64envs:--num-envs 64 --compile --cuda-graphs") ATARI_SECONDS=45
+fi
+if "$PY" -c 'import ale_py.vector_env' 2>/dev/null; then
+    for config in "${ATARI[@]}"; do
+        name="atari-${config%%:*}"
+        read -r -a opts <<<"${config#*:}"
+        sampler=
+        if command -v nvidia-smi >/dev/null; then
+            nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 >"$OUT/$name.gpu.csv" &
+            sampler=$!
+        fi
+        step "$name" $((ATARI_SECONDS + 150)) "$PY" -m ppo_bench --env-id ALE/Breakout-v5 --device "$DEVICE" "${opts[@]}" \
+            --time-limit "$ATARI_SECONDS" --total-timesteps 1000000000 --checkpoint-every 0 --no-progress --out-dir "$OUT/$name"
+        [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
+        [[ -f "$OUT/$name/result.json" ]] && cp "$OUT/$name/result.json" "$OUT/$name.json"
+        rm -f "$OUT/$name/checkpoint.pt"
+    done
+else
+    say "atari: NOT RUN: ale-py does not import with $PY (install ale-py, or bring wheels: bash scripts/gpu-evidence.sh --wheels)"
+    printf 'atari 127\n' >>"$OUT/steps.txt"
+fi
+rm -rf "$OUT/.site"
 
 "$PY" scripts/evidence-summary.py "$OUT" | tee "$OUT/summary.md"
 say "evidence in $OUT"

@@ -2,6 +2,7 @@
 
     docker run --rm --gpus all IMAGE proof [--require-gpu] [--out DIR]
     python -m smoke.proof --as-installed --spec images/expect/2.9-cu128.json --out DIR   (a bare host)
+    docker run --rm --gpus all IMAGE proof --bench atari [--seconds 60]   (a benchmark instead, smoke/bench.py)
 
 What to expect and how the gate runs come from the image's own spec
 (/opt/proven-torch/expect.json, generated from images/variants.toml). build.py
@@ -9,8 +10,8 @@ validates every image with this same command, so a user's run and the release's
 run are the same proof; the release's PPO figures travel with the image
 (PROVEN_TORCH_RELEASE, stamped after validation) and are compared here.
 
-Exit codes: 0 proven; 1 a check or the PPO gate failed; 2 bad arguments;
-3 --require-gpu and no usable GPU.
+Exit codes: 0 proven (--bench: it ran); 1 a check or the PPO gate failed (--bench: it did not
+run to its end); 2 bad arguments; 3 --require-gpu and no usable GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from smoke import cli, facts, procs, rules
+from smoke import bench, cli, facts, procs, rules
 from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
 from smoke.expect import load_spec
 from smoke.procs import run_streamed
@@ -64,7 +65,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=True,
         help="on a GPU, also run the gate on the CPU and report the GPU/CPU steps/s ratio (default: on)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--bench",
+        choices=sorted(bench.BENCHES),
+        help="instead of the proof, a benchmark: 'atari' trains PPO on Breakout (Nature CNN) for --seconds and prints "
+        "its steps/s beside the release's figure (not part of the proof)",
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long --bench runs (default: 60)")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0:
+        raise UsageError(f"--seconds must be a positive number of seconds, not {args.seconds:g}")
+    return args
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -329,6 +340,22 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
+def run_bench(args: argparse.Namespace, out: TextIO) -> int:
+    """proof --bench NAME: the benchmark, its line on stdout (on stderr when it failed)."""
+    if args.require_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"proof: --bench {args.bench} --require-gpu: torch sees no CUDA GPU", file=sys.stderr, flush=True)
+            return EXIT_NO_GPU
+    out_dir = (args.out or Path(tempfile.mkdtemp(prefix="proof-bench-"))) / f"bench-{args.bench}"
+    code, line = bench.run_bench(args.bench, args.seconds, args.require_gpu, out_dir, host_cpu(), out)
+    print(line, file=out if code == EXIT_OK else sys.stderr, flush=True)
+    if args.out:
+        print(f"proof: outputs in {out_dir}", file=out, flush=True)
+    return code
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
@@ -339,6 +366,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     if args.out and (problem := unwritable(args.out)):
         print(f"proof: error: --out {args.out}: {problem}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    if args.bench:
+        return run_bench(args, out)
     try:
         code, record = prove(args, out)
     except UsageError as err:

@@ -63,6 +63,18 @@ def test_proof_require_gpu_without_a_gpu_is_one_line_exit_3(docker, image):
     assert "Traceback" not in done.stdout + done.stderr
 
 
+def test_proof_bench_atari_prints_its_steps_per_second_beside_the_release(docker, image):
+    """`proof --bench atari --seconds 20` on the CPU: PPO on Breakout (Nature CNN) in the image, one line."""
+    done = run(docker, image, ["proof", "--bench", "atari", "--seconds", "20", "--out", OUT], timeout_s=300, shm_size="1g")
+    assert done.exit_code == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("proof --bench atari: ")]
+    assert line.startswith("proof --bench atari: ") and " steps/s on cpu (" in line and "ALE/Breakout-v5, 8 envs" in line, line
+    result = json.loads(done.files["bench-atari/result.json"])
+    assert result["backend"] == "atari" and result["total_env_steps"] >= 1024 and result["wall_seconds"] >= 20
+    assert f"{result['sps_end_to_end']:,.0f} steps/s" in line
+    assert "release figure" in line  # the CPU's figure (ppo_bench/release_figures.json), or that there is none
+
+
 def test_proof_bad_argument_exits_2(docker, image):
     done = run(docker, image, ["proof", "--no-such-flag"], timeout_s=120)
     assert done.exit_code == 2 and done.stderr.startswith("proof: error:")

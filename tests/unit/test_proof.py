@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.render import spec_path
 from pipeline.variants import load_matrix
-from smoke import proof
+from smoke import bench, proof
 
 pytestmark = pytest.mark.unit
 
@@ -160,6 +160,50 @@ def test_host_proof_prints_the_table_then_one_verdict(host_proof):
     assert [line for line in lines if line.startswith("proof: PROVEN") or line.startswith("proof: FAILED")] == [record["verdict"]]
 
 
+# --- proof --bench atari: its line, beside the release's figure or saying there is none -----
+
+BENCH_RESULT = {
+    "device": "cpu",
+    "gpu_name": None,
+    "env_id": "ALE/Breakout-v5",
+    "num_envs": 8,
+    "total_env_steps": 12288,
+    "sps_end_to_end": 612.4,
+    "args": {"amp": "bf16"},
+    "cpu": "AMD EPYC 9B14, 2 cores",
+}
+
+
+def test_bench_line_puts_the_release_figure_beside_this_hosts():
+    release = {"sps": 600, "on": "AMD EPYC 9B14, 2 cores", "source": "docs/benchmarks.md"}
+    line = bench.bench_line("atari", BENCH_RESULT, release, 20)
+    assert line.startswith("proof --bench atari: 612 steps/s on cpu (AMD EPYC 9B14, 2 cores; ALE/Breakout-v5, 8 envs, amp bf16")
+    assert "release figure: 600 steps/s on AMD EPYC 9B14, 2 cores (1.02x; docs/benchmarks.md)" in line
+
+
+def test_bench_line_on_a_gpu_without_a_release_figure_says_unmeasured():
+    result = {**BENCH_RESULT, "device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    line = bench.bench_line("atari", result, None, 60)
+    assert "on cuda (NVIDIA H100 80GB HBM3;" in line
+    assert line.endswith("release figure on cuda: none (unmeasured: no GPU has run it yet)")
+
+
+def test_release_figures_are_read_per_game_and_device_kind(tmp_path):
+    figures = tmp_path / "release_figures.json"
+    figures.write_text(json.dumps({"ALE/Breakout-v5": {"cpu": {"sps": 598, "on": "x"}, "cuda": None}}))
+    assert bench.release_figure("ALE/Breakout-v5", "cpu", figures)["sps"] == 598
+    assert bench.release_figure("ALE/Breakout-v5", "cuda", figures) is None
+    assert bench.release_figure("ALE/Pong-v5", "cpu", figures) is None
+    assert bench.release_figure("ALE/Breakout-v5", "cpu", tmp_path / "missing.json") is None
+    committed = json.loads(bench.RELEASE_FIGURES.read_text())
+    assert committed["ALE/Breakout-v5"]["cuda"] is None, "a GPU figure needs a GPU run (docs/evidence/) first"
+
+
+def test_bench_seconds_must_be_positive():
+    done = run_proof("--bench", "atari", "--seconds", "0")
+    assert done.returncode == 2 and done.stderr.strip() == "proof: error: --seconds must be a positive number of seconds, not 0"
+
+
 def test_no_spec_is_one_line_and_exit_2(tmp_path):
     done = run_proof("--spec", str(tmp_path / "none.json"))
     assert done.returncode == 2
@@ -182,6 +226,7 @@ def test_gpu_evidence_script_runs_end_to_end_in_its_cpu_test_mode(tmp_path):
     summary = (tmp_path / "ev" / "summary.md").read_text()
     assert "NOT GPU evidence" in summary and "proof: PROVEN on the CPU only" in summary
     assert "| throughput-amp-off | 0 |" in summary and "| throughput-amp-bf16 | 0 |" in summary
+    assert "| atari-eager | 0 | Breakout, 8 envs, amp " in summary and "GPU utilisation not sampled" in summary
 
 
 # --- a timed-out gate leaves nothing running (on the host, outside any container) --------

@@ -1,0 +1,77 @@
+"""`proof --bench atari [--seconds N]`: how fast this host trains PPO on an Atari game in this
+image, beside the figure the project measured for the release. A benchmark, not part of the
+proof: the PPO gate stays CartPole, and a slow host is reported, never failed.
+
+The release's figures live in ppo_bench/release_figures.json (one per device kind, with the
+machine they were measured on and where the measurement is written up); a device kind no
+release run has measured says so instead of showing a number.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from smoke.procs import run_streamed
+
+BENCHES = {"atari": "ALE/Breakout-v5"}  # --bench NAME -> the game it plays
+RELEASE_FIGURES = Path(__file__).resolve().parent.parent / "ppo_bench" / "release_figures.json"
+SETUP_SECONDS = 120  # beyond --seconds: start-up, environments, the last iteration, writing outputs
+
+
+def bench_command(env_id: str, seconds: float, device: str, out_dir: Path) -> list[str]:
+    """ppo_bench with its Atari defaults for a fixed time (its total-steps budget never binds first)."""
+    return [
+        sys.executable, "-m", "ppo_bench", "--env-id", env_id,
+        "--time-limit", f"{seconds:g}", "--total-timesteps", "1000000000", "--device", device,
+        "--checkpoint-every", "0", "--no-progress", "--progress-interval", "5", "--out-dir", str(out_dir),
+    ]  # fmt: skip # argv grouped as on a command line
+
+
+def release_figure(env_id: str, device_kind: str, path: Path = RELEASE_FIGURES) -> dict | None:
+    """The release's figure for `env_id` on `device_kind` ("cpu", "cuda"), or None where none was measured."""
+    try:
+        figures = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = figures.get(env_id, {}).get(device_kind) if isinstance(figures, dict) else None
+    return entry if isinstance(entry, dict) and entry.get("sps") else None
+
+
+def bench_line(name: str, result: dict, release: dict | None, seconds: float) -> str:
+    """The one line a user reads: this host's steps/s, on what, and the release's figure beside it."""
+    kind = str(result.get("device", "cpu")).split(":")[0]
+    where = result.get("gpu_name") or result.get("cpu") or "CPU"
+    amp = (result.get("args") or {}).get("amp", "?")
+    sps = result["sps_end_to_end"]
+    mine = (
+        f"proof --bench {name}: {sps:,.0f} steps/s on {kind} ({where}; {result.get('env_id')}, "
+        f"{result.get('num_envs')} envs, amp {amp}, {result.get('total_env_steps'):,} steps in {seconds:g} s)"
+    )
+    if release is None:
+        unmeasured = "no GPU has run it yet" if kind == "cuda" else "not measured for this device kind"
+        return f"{mine}; release figure on {kind}: none (unmeasured: {unmeasured})"
+    return (
+        f"{mine}; release figure: {release['sps']:,.0f} steps/s on {release.get('on', '?')} "
+        f"({sps / release['sps']:.2f}x; {release.get('source', 'docs/benchmarks.md')})"
+    )
+
+
+def run_bench(name: str, seconds: float, require_gpu: bool, out_dir: Path, host_cpu: str, out: TextIO) -> tuple[int, str]:
+    """Run the benchmark; returns (exit code, its line). Exit 1 when it did not run to its end."""
+    env_id = BENCHES[name]
+    device = "cuda" if require_gpu else "auto"
+    print(f"==> benchmark {name}: PPO on {env_id} for {seconds:g} s (not part of the proof)", file=out, flush=True)
+    code = run_streamed(bench_command(env_id, seconds, device, out_dir), seconds + SETUP_SECONDS, out)
+    try:
+        result = json.loads((out_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        result = {}
+    if code != 0 or not result.get("sps_end_to_end"):
+        why = "did not finish in time" if code is None else f"exit {code}"
+        return 1, f"proof --bench {name}: FAILED: ppo_bench {why}; its output is above"
+    result.setdefault("cpu", host_cpu)
+    kind = str(result.get("device", "cpu")).split(":")[0]
+    return 0, bench_line(name, result, release_figure(env_id, kind), seconds)
