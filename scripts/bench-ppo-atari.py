@@ -135,7 +135,9 @@ def main() -> int:
     p.add_argument("--record", action="store_true", help="write the default configuration's median to release_figures.json")
     a = p.parse_args()
     if not a.cleanrl_ppo_atari or not Path(a.cleanrl_ppo_atari).is_file():
-        p.error("--cleanrl-ppo-atari (or CLEANRL_PPO_ATARI) must name CleanRL's ppo_atari_envpool.py (bench-ppo-setup-cleanrl.sh)")
+        p.error(
+            "--cleanrl-ppo-atari (or CLEANRL_PPO_ATARI) must name CleanRL's ppo_atari_envpool.py (bench-ppo-setup-cleanrl.sh)"
+        )
     if not a.cleanrl_python or not shutil.which(a.cleanrl_python):
         p.error("--cleanrl-python (or CLEANRL_PYTHON) must name the python of CleanRL's venv (bench-ppo-setup-cleanrl.sh)")
     out = Path(a.out)
@@ -152,7 +154,9 @@ def main() -> int:
             else:
                 res = run_cleanrl(a.cleanrl_python, a.cleanrl_ppo_atari, a.steps, a.threads, where, a.timeout)
             runs[name].append(res)
-            print(f"  {json.dumps({k: res.get(k) for k in ('env_steps', 'wall_seconds', 'sps_end_to_end', 'error')})}", flush=True)
+            print(
+                f"  {json.dumps({k: res.get(k) for k in ('env_steps', 'wall_seconds', 'sps_end_to_end', 'error')})}", flush=True
+            )
 
     def median_sps(name):
         vals = [r["sps_end_to_end"] for r in runs[name] if "error" not in r]
@@ -174,7 +178,9 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n{machine['cpu_model']}, {machine['nproc']} cores; {a.steps:,} steps per run, {a.threads} torch threads, {a.rounds} rounds")
+    print(
+        f"\n{machine['cpu_model']}, {machine['nproc']} cores; {a.steps:,} steps per run, {a.threads} torch threads, {a.rounds} rounds"
+    )
     print("\n| program | steps/s (median) | runs | ratio to CleanRL |")
     print("|---|---|---|---|")
     for name in names:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The host's virtual environment .venv: the tools in requirements-dev.txt plus
-# the packages the host shares with the image, at the image's versions: gymnasium,
+# the packages the host shares with the image, at the image's versions: gymnasium, ale-py,
 # matplotlib, tensorboard and tqdm at the matrix's pins and numpy at the default
 # line's lock (the unit tests of ppo_bench run what the image runs), and the rlhf
 # flavor's stack (the unit tests of rlhf_bench run the flavor's TRL). Reinstalls
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shared=(--pin gymnasium --pin matplotlib --pin tensorboard --pin tqdm --pin rlhf)  # a flavor's name: all its packages
+shared=(--pin gymnasium --pin ale-py --pin matplotlib --pin tensorboard --pin tqdm --pin rlhf)  # a flavor's name: all its packages
 # numpy is no pin of the matrix: the default line's lock (the image's own) says which
 default_lock=images/locks/$(python3 build.py list --default)/amd64
 numpy=$(grep -h -o '^numpy==[^ ]*' "$default_lock"/*.txt)
