@@ -36,6 +36,7 @@ BACKEND_DEFAULTS = {
         target_kl=0.03,
         clip_coef=0.2,
         amp="off",
+        threads=1,
     ),
     "gymnasium": dict(
         total_timesteps=500_000,
@@ -49,6 +50,7 @@ BACKEND_DEFAULTS = {
         target_kl=0.0,
         clip_coef=0.2,
         amp="off",
+        threads=1,
     ),
     # CleanRL's ppo_atari_envpool.py, except --amp: bf16 wherever the device computes it
     # natively (the Nature CNN's update took 2.4x less time on this project's CPU,
@@ -65,6 +67,7 @@ BACKEND_DEFAULTS = {
         target_kl=0.0,
         clip_coef=0.1,
         amp="auto",
+        threads=0,
     ),
 }
 
@@ -82,9 +85,10 @@ class Args:
     """'auto' (cuda when torch sees a GPU, else cpu), 'cpu' or 'cuda'"""
     require_gpu: bool = False
     """fail with exit code 2 unless torch sees a CUDA GPU"""
-    threads: int = 1
-    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). The networks are too small
-    to gain from more, and extra threads spin against other work on a shared CPU"""
+    threads: int | None = None
+    """torch CPU threads (torch.set_num_threads); 0 keeps torch's default (one per core). Default: 1 for the MLP policies
+    (too small to gain from more; extra threads spin against other work on a shared CPU), 0 for atari (the CNN's
+    convolutions use every core)"""
 
     # --- environment ----------------------------------------------------------
     backend: str = "auto"
