@@ -67,7 +67,17 @@ def maybe_compile(fn, args: Args):
     'reduce-overhead': inductor then replays the compiled graphs as CUDA graphs."""
     if not args.compile:
         return fn
-    return torch.compile(fn, mode="reduce-overhead" if args.cuda_graphs and args.backend != "torch" else None)
+    if not (args.cuda_graphs and args.backend != "torch"):
+        return torch.compile(fn)
+    compiled = torch.compile(fn, mode="reduce-overhead")
+
+    def graphed(*inputs):
+        # Each call is a new step: the caller has copied out what it needs of the previous call's
+        # outputs, which the next replay overwrites (CUDA graph trees' static output buffers).
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*inputs)
+
+    return graphed
 
 
 def graph_of_rollout(rollout, envs, next_obs: torch.Tensor, device: torch.device) -> torch.cuda.CUDAGraph:
