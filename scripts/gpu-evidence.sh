@@ -27,11 +27,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 WHEELS=${GPU_EVIDENCE_WHEELS:-.wheels}
+PURE=(farama-notifications cloudpickle)  # gymnasium's own pure-Python requirements (numpy and typing-extensions come with torch)
 if [[ "${1:-}" == --wheels ]]; then  # ale-py for CPython 3.10-3.13 and gymnasium, at the matrix's pins
     for v in 3.10 3.11 3.12 3.13; do
-        python3 -m pip download --quiet --only-binary=:all: --python-version "$v" --platform manylinux_2_28_x86_64 \
-            --dest "$WHEELS" "$(python3 build.py list --pin ale-py)" "$(python3 build.py list --pin gymnasium)" || exit 1
+        python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$v" \
+            --platform manylinux_2_28_x86_64 --dest "$WHEELS" "$(python3 build.py list --pin ale-py)" || exit 1
     done
+    python3 -m pip download --quiet --no-deps --dest "$WHEELS" "$(python3 build.py list --pin gymnasium)" "${PURE[@]}" || exit 1
     ls "$WHEELS"
     exit 0
 fi
@@ -89,7 +91,7 @@ rm -f "$OUT"/proof/ppo*/checkpoint.pt
 
 # 3. Atari: a fixed time per configuration, with the GPU sampled beside it.
 if ! "$PY" -c 'import ale_py.vector_env' 2>/dev/null && [[ -d "$WHEELS" ]]; then
-    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" --target "$OUT/.site" ale-py gymnasium 2>&1 | tee -a "$LOG"
+    "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" --target "$OUT/.site" ale-py gymnasium "${PURE[@]}" 2>&1 | tee -a "$LOG"
     export PYTHONPATH="$PWD/$OUT/.site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if [[ "$CPU_ONLY" == 1 ]]; then
