@@ -52,23 +52,17 @@ BACKEND_DEFAULTS = {
         amp="off",
         threads=1,
     ),
-    # CleanRL's ppo_atari_envpool.py, except --amp: bf16 wherever the device computes it
-    # natively (the Nature CNN's update took 2.4x less time on this project's CPU,
-    # docs/ppo-benchmark.md; learning is shown with it, docs/benchmarks.md).
-    "atari": dict(
-        total_timesteps=10_000_000,
-        num_envs=8,
-        num_steps=128,
-        learning_rate=2.5e-4,
-        num_minibatches=4,
-        update_epochs=4,
-        clip_vloss=True,
-        ent_coef=0.01,
-        target_kl=0.0,
-        clip_coef=0.1,
-        amp="auto",
-        threads=0,
-    ),
+}
+# CleanRL's ppo_atari_envpool.py: its ppo.py settings with its own Atari ones, and --amp bf16
+# wherever the device computes it natively (the Nature CNN's update took 2.4x less time on this
+# project's CPU, docs/benchmarks.md; learning is shown with it there).
+BACKEND_DEFAULTS["atari"] = {
+    **BACKEND_DEFAULTS["gymnasium"],
+    "total_timesteps": 10_000_000,
+    "num_envs": 8,
+    "clip_coef": 0.1,
+    "amp": "auto",
+    "threads": 0,
 }
 
 

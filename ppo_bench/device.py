@@ -62,12 +62,12 @@ def make_autocast(args: Args, device: torch.device):
     return functools.partial(torch.autocast, device.type, dtype=dtype, cache_enabled=not args.cuda_graphs)
 
 
-def maybe_compile(fn, args: Args):
-    """torch.compile `fn` with --compile; with --cuda-graphs too (gymnasium and atari backends), in mode
-    'reduce-overhead': inductor then replays the compiled graphs as CUDA graphs."""
+def maybe_compile(fn, args: Args, graphs: bool = False):
+    """torch.compile `fn` with --compile; with `graphs`, in mode 'reduce-overhead': inductor then
+    replays the compiled graphs as CUDA graphs (--cuda-graphs where the environments step on the host)."""
     if not args.compile:
         return fn
-    if not (args.cuda_graphs and args.backend != "torch"):
+    if not graphs:
         return torch.compile(fn)
     compiled = torch.compile(fn, mode="reduce-overhead")
 

@@ -79,6 +79,7 @@ class TorchCartPole:
     num_actions = 2
     continuous = False
     resumable = True  # state_dict() holds everything a resumed run needs
+    steps_on_device = True  # a rollout can be compiled and graphed whole, environment included
 
     def __init__(
         self, num_envs: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, max_episode_steps: int = 500
@@ -163,6 +164,10 @@ class GymVectorEnv:
     unclipped sample for its log-probabilities).
     """
 
+    observation_dtype = torch.float32
+    resumable = True
+    steps_on_device = False
+
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
         import gymnasium as gym
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -177,8 +182,6 @@ class GymVectorEnv:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
-        self.observation_dtype = torch.float32
-        self.resumable = True
         obs_space, act_space = self._vec.single_observation_space, self._vec.single_action_space
         if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
             raise ConfigError(f"{env_id}: only flat Box observations are supported, got {obs_space}")
@@ -258,6 +261,7 @@ class AtariEnv:
     observation_dtype = torch.uint8
     continuous = False
     resumable = False
+    steps_on_device = False
 
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
         from ale_py.roms import get_all_rom_ids

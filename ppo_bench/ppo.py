@@ -421,23 +421,24 @@ def train(args: Args) -> dict:
             store.next_obs.copy_(envs.reset())
     recent = deque(state.ep_returns[-args.target_window :], maxlen=args.target_window)
 
+    # Environments that step on the device (torch's CartPole) compile, and are graphed, together with
+    # the policy: --cuda-graphs captures the whole rollout. Host environments stay outside: only the
+    # policy step and the loss are compiled, and --cuda-graphs graphs those.
+    on_device = envs.steps_on_device
+    host_graphs = args.cuda_graphs and not on_device
+
     def act(obs):
         with autocast():
             return agent.act(obs)
 
-    if args.backend == "torch":  # torch's CartPole compiles (and graphs) together with the policy
+    policy = act if on_device else maybe_compile(act, args, graphs=host_graphs)
 
-        def act_and_step(obs):
-            action, logprob, value = act(obs)
-            return action, logprob, value, envs.step(action)
+    def act_and_step(obs):
+        action, logprob, value = policy(obs)
+        return action, logprob, value, envs.step(action)
 
+    if on_device:
         act_and_step = maybe_compile(act_and_step, args)
-    else:  # environments on the host: only the policy is compiled
-        act = maybe_compile(act, args)
-
-        def act_and_step(obs):
-            action, logprob, value = act(obs)
-            return action, logprob, value, envs.step(action)
 
     @torch.no_grad()
     def rollout():
@@ -455,10 +456,9 @@ def train(args: Args) -> dict:
             store.ep_len[t].copy_(out.episode_length)
             store.next_obs.copy_(out.obs)
 
-    whole_rollout_graph = args.cuda_graphs and args.backend == "torch"
-    rollout_graph = graph_of_rollout(rollout, envs, store.next_obs, device) if whole_rollout_graph else None
+    rollout_graph = graph_of_rollout(rollout, envs, store.next_obs, device) if args.cuda_graphs and on_device else None
 
-    loss_fn = maybe_compile(functools.partial(ppo_loss, agent, args, autocast), args)
+    loss_fn = maybe_compile(functools.partial(ppo_loss, agent, args, autocast), args, graphs=host_graphs)
 
     def sync():
         if device.type == "cuda":

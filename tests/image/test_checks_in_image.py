@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from smoke import checks
 pytestmark = pytest.mark.image
 
 OUT = "/tmp/out"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(docker, image, command: list[str], timeout_s: float = 900, **kwargs):
@@ -72,7 +74,8 @@ def test_proof_bench_atari_prints_its_steps_per_second_beside_the_release(docker
     result = json.loads(done.files["bench-atari/result.json"])
     assert result["backend"] == "atari" and result["total_env_steps"] >= 1024 and result["wall_seconds"] >= 20
     assert f"{result['sps_end_to_end']:,.0f} steps/s" in line
-    assert "release figure" in line  # the CPU's figure (ppo_bench/release_figures.json), or that there is none
+    release = json.loads((REPO / "ppo_bench" / "release_figures.json").read_text())["ALE/Breakout-v5"]["cpu"]
+    assert f"release figure: {release['sps']:,} steps/s on {release['on']} (" in line  # the figure the image carries
 
 
 def test_proof_bad_argument_exits_2(docker, image):
