@@ -3,7 +3,7 @@
 Every host command (docker build, skopeo, `docker manifest`, uv, git) runs through
 `run_host`: in a session of its own, with a deadline taken from `DEADLINES`, and at
 that deadline, on an error or on Ctrl-C, stopped together with every process it
-started (smoke.procs.run_bounded: SIGTERM, SIGKILL after a grace period). Steps that
+started (common.procs.run_bounded: SIGTERM, SIGKILL after a grace period). Steps that
 talk to the daemon through the SDK (containers, pushes) wrap themselves in `step()`.
 
 A step names only itself ("interrupted during docker build"); what the run had
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from common.procs import run_bounded
 from pipeline.errors import Interrupted
-from smoke.procs import run_bounded
 
 # Seconds each kind of host command may run before it is stopped with its children.
 # Generous: a cold build of a torch line is 3-15 minutes native, about an hour under qemu.

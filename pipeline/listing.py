@@ -10,10 +10,10 @@ import json
 import os
 from pathlib import Path
 
+from common.rules import carried_text
 from pipeline.errors import UsageError
 from pipeline.render import WHOLE_LOCK, AdvisoryInputs, advisories_section, every_variant
 from pipeline.variants import Matrix, Variant, arch
-from smoke.rules import carried_text
 
 
 def carried_advisories(matrix: Matrix) -> dict[str, dict]:

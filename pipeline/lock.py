@@ -35,10 +35,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.rules import normalize_name
 from pipeline import hostprocs
 from pipeline.errors import BuildFailed, UsageError
 from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, arch, resolve
-from smoke.rules import normalize_name
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
 GLIBC = "manylinux_2_36"  # Debian bookworm's glibc 2.36: every manylinux tag up to it is accepted

@@ -169,7 +169,7 @@ def run_and_summarize(
 ) -> int:
     """`build.py matrix`: every chosen line built and proven in turn (no push), the summary written and
     printed; ValidationFailed (exit 5) naming the lines that failed."""
-    from smoke.proof import host_cpu  # the in-image proof's module: only this command needs it
+    from common.host import host_cpu
 
     base = BuildConfig(
         matrix=matrix,

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from smoke.checks import CHECKS
+from common.rules import CHECK_NEEDS_GPU
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of an in-toto statement
@@ -36,7 +36,7 @@ TEST_RESULT_FIELDS = ("result", "passedTests", "warnedTests", "failedTests", "co
 RESULTS = ("PASSED", "WARNED", "FAILED")
 GATE_TEST = "ppo-gate"
 # Tests that only a GPU runs: a CPU-only proof lists them as warned, never passed.
-GPU_TESTS = tuple(f"smoke/{name}" for name, _check, needs_gpu in CHECKS if needs_gpu) + (f"{GATE_TEST}/cuda",)
+GPU_TESTS = tuple(f"smoke/{name}" for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu) + (f"{GATE_TEST}/cuda",)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
     """
     passed, warned, failed = [], [], []
     reasons: dict[str, str] = {}
-    gpu_checks = {name for name, _check, needs_gpu in CHECKS if needs_gpu}
+    gpu_checks = {name for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu}
     for check in validation.get("smoke", {}).get("checks", []):
         name = f"smoke/{check['name']}"
         if check["status"] == "pass":

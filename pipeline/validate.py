@@ -29,8 +29,8 @@ from pipeline.variants import AMD64, PLATFORMS, Variant, arch
 
 if TYPE_CHECKING:
     from docker import DockerClient
-from smoke.expect import BAKED_SPEC
-from smoke.facts import EMULATION_SCALE, emulated_on_x86
+from common.deadlines import EMULATION_SCALE, emulated_on_x86
+from common.rules import BAKED_SPEC
 
 PROOF_TIMEOUT_S = 2400
 OUT = "/tmp/validation"
@@ -245,7 +245,7 @@ def proof_command(require_gpu: bool) -> list[str]:
 
 def emulation_env(req: Request) -> dict[str, str]:
     """What tells `proof` it runs under emulation, whatever the qemu (8.1+ imitates the guest's /proc/cpuinfo,
-    which smoke.facts.emulation reads otherwise)."""
+    which common.deadlines.emulation reads otherwise)."""
     if not req.emulated:
         return {}
     return {"PROVEN_TORCH_EMULATED": emulated_on_x86(PLATFORMS[req.platform]["machine"])}

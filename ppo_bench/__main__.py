@@ -18,8 +18,8 @@ import sys
 import types
 import typing
 
+from common.cli import EXIT_OK
 from ppo_bench.errors import EXIT_BELOW_TARGET, PPOBenchError
-from smoke.clitools import EXIT_OK
 
 
 def field_docs(cls) -> dict[str, str]:

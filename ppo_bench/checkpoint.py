@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.cli import atomic_write
 from ppo_bench.config import RUNTIME_ONLY_FIELDS, Args
 from ppo_bench.distributed import Collectives
 from ppo_bench.errors import ConfigError
-from smoke.clitools import atomic_write
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """Typed errors; `ppo_bench.__main__` turns each into one line and an exit code.
 
-Exit codes: the shared ones (smoke.clitools: 0 ok, 1 anything unexpected, with a
+Exit codes: the shared ones (common.cli: 0 ok, 1 anything unexpected, with a
 traceback, 2 bad arguments or --require-gpu without a GPU), then ppo_bench's own.
 """
 
-from smoke.clitools import EXIT_FAILED, EXIT_USAGE
+from common.cli import EXIT_FAILED, EXIT_USAGE
 
 EXIT_BELOW_TARGET = 3  # --fail-below-target and the target return was not reached
 EXIT_DISTRIBUTED = 4  # a collective across torchrun ranks did not complete in time

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
+from common.cli import atomic_write, write_json
 from ppo_bench.checkpoint import RunState
 from ppo_bench.config import Args
-from smoke.clitools import atomic_write, write_json
 
 try:  # imported up front: slow, and not part of the timed run
     from torch.utils.tensorboard import SummaryWriter

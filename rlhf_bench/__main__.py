@@ -30,10 +30,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from common.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError
+
 # rlhf_bench's __init__ has set offline mode: nothing below may download.
 from rlhf_bench.errors import RLHFBenchError
 from rlhf_bench.grpo import BATCH_SIZE, RunConfig
-from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError
 
 EPILOG = """\
 exit codes:

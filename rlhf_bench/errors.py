@@ -1,12 +1,12 @@
 """Typed errors and exit codes; `rlhf_bench.__main__` turns each error into one line
 `rlhf_bench: error: ...` on stderr and its exit code.
 
-Exit codes: the shared ones (smoke.clitools: 0 passed, 1 anything unexpected, 2 bad
+Exit codes: the shared ones (common.cli: 0 passed, 1 anything unexpected, 2 bad
 arguments, or --device cuda without a GPU or with fewer GPUs than --processes), then
 rlhf_bench's own.
 """
 
-from smoke.clitools import EXIT_FAILED, EXIT_USAGE
+from common.cli import EXIT_FAILED, EXIT_USAGE
 
 EXIT_NO_RISE = 3  # the mean reward did not rise by --min-gain
 EXIT_POLICY = 4  # save/reload/generate failed, or the multi-process run failed or its ranks' weights differ

@@ -28,9 +28,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from common.cli import write_json
 from rlhf_bench import grpo, ranks
 from rlhf_bench.errors import NoRiseError, RanksError, RLHFBenchError
-from smoke.clitools import write_json
 
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers")
 

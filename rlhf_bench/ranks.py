@@ -32,9 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from common.cli import EXIT_USAGE, write_json
+from common.procs import free_port, package_env, run_bounded
 from rlhf_bench.errors import ConfigError, RanksError
-from smoke.clitools import EXIT_USAGE, write_json
-from smoke.procs import free_port, package_env, run_bounded
 
 
 def launch_command(processes: int, device: str, config_path: Path, port: int) -> list[str]:

@@ -38,11 +38,11 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common.procs import free_port  # noqa: E402
 from pipeline import zstd_push  # noqa: E402
 from pipeline.docker_env import docker_client  # noqa: E402
 from pipeline.registry import MANIFEST_TYPES  # noqa: E402
 from pipeline.variants import REPO_ROOT, load_matrix  # noqa: E402
-from smoke.procs import free_port  # noqa: E402
 
 DOCKER = "/usr/bin/docker"  # Debian's 20.10 CLI: the engine's own
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"

@@ -7,5 +7,5 @@
 The expectations come from the image's own spec, /opt/proven-torch/expect.json,
 generated from images/variants.toml at build time; a null pin means "must be
 absent". Checks: versions, driver, gpu, cudnn, amp, amp_cpu, shm, distributed,
-compile (see smoke/checks.py). Standard library + torch only, no network.
+compile (see smoke/checks.py). Standard library, torch and common/ only, no network.
 """

@@ -19,9 +19,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from smoke import facts, procs, rules
-from smoke.expect import BAKED_SPEC
-from smoke.procs import free_port, package_env
+from common import deadlines, procs
+from common import rules as common_rules
+from common.procs import free_port, package_env
+from common.rules import BAKED_SPEC, CHECK_NEEDS_GPU
+from smoke import rules
 
 STDERR_TAIL = 1500
 
@@ -82,7 +84,11 @@ class Context:
 
 
 def _installed_distributions() -> dict[str, str]:
-    return {rules.normalize_name(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    return {
+        common_rules.normalize_name(d.metadata["Name"]): d.version
+        for d in importlib.metadata.distributions()
+        if d.metadata["Name"]
+    }
 
 
 def check_versions(ctx: Context) -> Outcome:
@@ -275,8 +281,8 @@ def tail(text: str, limit: int = STDERR_TAIL) -> str:
 
 def run_distributed(backend: str, nproc: int, timeout: float | None = None) -> Outcome:
     """all_reduce/broadcast/all_gather over `backend` with `nproc` ranks, launched by torchrun
-    (within "distributed" in facts.DEADLINES, scaled under emulation; each rank gets half of it)."""
-    timeout = facts.wait_for("distributed") if timeout is None else timeout
+    (within "distributed" in deadlines.DEADLINES, scaled under emulation; each rank gets half of it)."""
+    timeout = deadlines.wait_for("distributed") if timeout is None else timeout
     env = package_env()
     env.setdefault("OMP_NUM_THREADS", "1")
     if backend == "gloo":
@@ -425,14 +431,14 @@ def check_compile(ctx: Context) -> Outcome:
 
 def shm_roundtrip(pin_memory: bool, workers: int = 2, timeout: float | None = None) -> str:
     """The DataLoader round trip (smoke.shm_worker) in a child of its own, within `timeout` seconds
-    (None: "shm" in facts.DEADLINES, scaled under emulation), its DataLoader waiting half of that for
+    (None: "shm" in deadlines.DEADLINES, scaled under emulation), its DataLoader waiting half of that for
     any one batch; '' when the data came through intact, else the problem in one line.
 
     In a child because a DataLoader can hang: a worker forked while another thread held a lock
     blocks on it for good, and whoever waits on that worker (the DataLoader's teardown, the
     interpreter's exit) with it. At the deadline the child and its workers are stopped.
     """
-    timeout = facts.wait_for("shm") if timeout is None else timeout
+    timeout = deadlines.wait_for("shm") if timeout is None else timeout
     cmd = [sys.executable, "-m", "smoke.shm_worker", "--workers", str(workers), "--timeout", str(timeout / 2)]
     cmd += ["--pin-memory"] if pin_memory else []
     # cwd: a smoke/ folder in the caller's working directory cannot shadow this one (python -m looks there first)
@@ -491,15 +497,18 @@ def check_driver(ctx: Context) -> Outcome:
 # --------------------------------------------------------------------------- registry
 
 # (name, function, gpu_check): a gpu_check is a skip without a GPU unless one is required.
-CHECKS = (
-    ("versions", check_versions, False),
-    ("driver", check_driver, True),
-    ("gpu", check_gpu, True),
-    ("cudnn", check_cudnn, True),
-    ("amp", check_amp, True),
-    ("amp_cpu", check_amp_cpu, False),
-    ("shm", check_shm, False),
-    ("distributed", check_distributed, False),
-    ("compile", check_compile, False),
-)
+_FUNCTIONS = {
+    "versions": check_versions,
+    "driver": check_driver,
+    "gpu": check_gpu,
+    "cudnn": check_cudnn,
+    "amp": check_amp,
+    "amp_cpu": check_amp_cpu,
+    "shm": check_shm,
+    "distributed": check_distributed,
+    "compile": check_compile,
+}
+# (name, function, needs a GPU) in the order they run; the names and the GPU column are
+# common.rules.CHECK_NEEDS_GPU's, which the host's signed test result reads too.
+CHECKS = tuple((name, _FUNCTIONS[name], needs_gpu) for name, needs_gpu in CHECK_NEEDS_GPU.items())
 NAMES = tuple(name for name, _, _ in CHECKS)

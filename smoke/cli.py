@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from common.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
 from smoke import checks, rules
-from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
 from smoke.expect import expect_from_facts, load_expect, load_spec
 
 

@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from smoke import facts
+from common import deadlines
 
 SIZE = 1024  # elements per tensor: large enough to take the real transport path, small enough to be instant
 
@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout",
         type=float,
         default=None,
-        help='seconds for init and each collective (default: half of "distributed" in smoke.facts.DEADLINES, scaled under emulation)',
+        help='seconds for init and each collective (default: half of "distributed" in smoke.deadlines.DEADLINES, scaled under emulation)',
     )
     args = parser.parse_args(argv)
     if args.timeout is None:
-        args.timeout = facts.wait_for("distributed") / 2
+        args.timeout = deadlines.wait_for("distributed") / 2
 
     import torch
     import torch.distributed as dist
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = verify(rank, world, observed)
     except CollectiveFailed as err:
         observed, problems = {}, [str(err)]
-    teardown = tear_down(dist, min(args.timeout, facts.wait_for("dist_teardown")))
+    teardown = tear_down(dist, min(args.timeout, deadlines.wait_for("dist_teardown")))
     record = {
         "rank": rank,
         "world": world,

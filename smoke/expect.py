@@ -12,11 +12,9 @@ import json
 import os
 from pathlib import Path
 
+from common.cli import UsageError
+from common.rules import BAKED_SPEC
 from smoke import rules
-from smoke.clitools import UsageError
-
-BAKED_SPEC = Path("/opt/proven-torch/expect.json")
-
 
 # key -> (allowed types, may be null, must be present)
 _SCHEMA: dict[str, tuple[tuple[type, ...], bool, bool]] = {

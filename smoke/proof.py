@@ -2,7 +2,7 @@
 
     docker run --rm --gpus all IMAGE proof [--require-gpu] [--out DIR]
     python -m smoke.proof --as-installed --spec images/expect/2.9-cu128.json --out DIR   (a bare host)
-    docker run --rm --gpus all IMAGE proof --bench atari [--seconds 60]   (a benchmark instead, smoke/bench.py)
+    docker run --rm --gpus all IMAGE proof --bench atari [--seconds 60]   (a benchmark instead, ppo_bench/bench.py)
 
 What to expect and how the gate runs come from the image's own spec
 (/opt/proven-torch/expect.json, generated from images/variants.toml). build.py
@@ -20,17 +20,18 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TextIO
 
-from smoke import bench, cli, facts, procs, rules
-from smoke.clitools import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
+from common import deadlines, procs
+from common import rules as common_rules
+from common.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
+from common.host import host_cpu
+from smoke import cli, facts, rules
 from smoke.expect import load_spec
-from smoke.procs import run_streamed
 
 EXIT_PROVEN, EXIT_NO_GPU = EXIT_OK, 3
 NOT_NATIVE = "validated under emulation on amd64; not run on Arm hardware or on a GPU"
@@ -38,6 +39,8 @@ SCHEMA = 1
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from ppo_bench import bench  # ppo_bench's benchmark table: stdlib only, imported when proof runs
+
     parser = OneLineParser(
         prog="proof",
         description="Prove this proven-torch image on this host: the smoke suite, then the PPO gate.",
@@ -55,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=None,
         help=(
-            f"seconds the PPO gate may take (default: {facts.DEADLINES['ppo_gate']:.0f}; "
-            f"{facts.EMULATION_SCALE:.0f}x that under emulation)"
+            f"seconds the PPO gate may take (default: {deadlines.DEADLINES['ppo_gate']:.0f}; "
+            f"{deadlines.EMULATION_SCALE:.0f}x that under emulation)"
         ),
     )
     parser.add_argument(
@@ -194,20 +197,6 @@ def flavor_gate_failure(flavor: str, result: dict, exit_code: int | None) -> str
 # --------------------------------------------------------------------------- effects
 
 
-def host_cpu() -> str:
-    """'AMD EPYC 7B13, 2 cores' (the cores this process may use)."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}, {cores} core{'s' if cores != 1 else ''}"
-
-
 def load_release() -> dict | None:
     text = os.environ.get("PROVEN_TORCH_RELEASE")
     if not text:
@@ -223,7 +212,7 @@ def run_gate(gate: dict, device: str, out_dir: Path, timeout: float, out: TextIO
     print(
         f"==> PPO gate on {device}: {gate['env_id']} must reach a mean return of {gate['target_return']:g}", file=out, flush=True
     )
-    code = run_streamed(ppo_command(gate, device, out_dir), timeout, out)
+    code = procs.run_streamed(ppo_command(gate, device, out_dir), timeout, out)
     try:
         result = json.loads((out_dir / "result.json").read_text())
     except (OSError, ValueError):
@@ -238,9 +227,9 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     gate = spec["ppo_gate"]
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="proof-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    emulated = facts.emulation()
+    emulated = deadlines.emulation()
     if args.ppo_timeout is None:
-        args.ppo_timeout = facts.wait_for("ppo_gate", emulated is not None)
+        args.ppo_timeout = deadlines.wait_for("ppo_gate", emulated is not None)
     if emulated:
         print(f"proof: running as {emulated}: the gate may take {args.ppo_timeout:.0f} s; {NOT_NATIVE}", file=out, flush=True)
     record: dict = {
@@ -253,8 +242,8 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
         "failures": [],
     }
     for line in [
-        rules.advisory_summary(spec.get("advisories"), dt.date.today()),
-        *rules.advisory_details(spec.get("advisories")),
+        common_rules.advisory_summary(spec.get("advisories"), dt.date.today()),
+        *common_rules.advisory_details(spec.get("advisories")),
     ]:
         print(line, file=out, flush=True)
 
@@ -306,7 +295,7 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     if flavor and not failures:  # a flavor's own gate, after everything the base proves
         print(f"==> {flavor.upper()} gate (the {flavor} flavor's own)", file=out, flush=True)
         gate_dir = out_dir / flavor
-        code = run_streamed(flavor_gate_command(flavor, spec[f"{flavor}_gate"], gate_dir), args.ppo_timeout, out)
+        code = procs.run_streamed(flavor_gate_command(flavor, spec[f"{flavor}_gate"], gate_dir), args.ppo_timeout, out)
         try:
             result = json.loads((gate_dir / "result.json").read_text())
         except (OSError, ValueError):
@@ -349,6 +338,8 @@ def run_bench(args: argparse.Namespace, out: TextIO) -> int:
             print(f"proof: --bench {args.bench} --require-gpu: torch sees no CUDA GPU", file=sys.stderr, flush=True)
             return EXIT_NO_GPU
     out_dir = (args.out or Path(tempfile.mkdtemp(prefix="proof-bench-"))) / f"bench-{args.bench}"
+    from ppo_bench import bench  # ppo_bench's own module; stdlib only, like this one
+
     code, line = bench.run_bench(args.bench, args.seconds, args.require_gpu, out_dir, host_cpu(), out)
     print(line, file=out if code == EXIT_OK else sys.stderr, flush=True)
     if args.out:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.rules import normalize_name
+
 MIB = 1024 * 1024
 DOCKER_DEFAULT_SHM = 64 * MIB
 
@@ -113,11 +115,6 @@ def cudnn_runtime_vs_compiled(runtime: tuple[int, ...] | None, compiled: tuple[i
 
 
 # --------------------------------------------------------------------------- requirements
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503: 'Nvidia_CUDNN.cu12' -> 'nvidia-cudnn-cu12'."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def default_environment() -> dict[str, str]:
@@ -330,66 +327,3 @@ def human_bytes(n: int | None) -> str:
     if n >= 1024 * MIB:
         return f"{n / (1024 * MIB):.1f} GiB"
     return f"{n // MIB} MiB"
-
-
-# --------------------------------------------------------------------------- advisories
-
-# Advisory data older than this is "stale": a pass on it is not a pass (pipeline/validation/advisories.py uses it too).
-STALE_AFTER_DAYS = 90
-
-
-def data_age(as_of: str | None, today) -> str:
-    """'as of 2026-07-23, 133 days old: stale' (today: a datetime.date)."""
-    import datetime as dt
-
-    if not as_of:
-        return "of unknown date: stale"
-    days = (today - dt.date.fromisoformat(as_of)).days
-    return f"as of {as_of}, {days} days old" + (": stale" if days > STALE_AFTER_DAYS else "")
-
-
-# Severities that fail the build's audit unless accepted; UNKNOWN: no record says it is below HIGH.
-# (pipeline/validation/audit.py reads this too: in-image code cannot import the pipeline.)
-FAILING_SEVERITIES = frozenset({"HIGH", "CRITICAL", "UNKNOWN"})
-
-
-def carried_text(section: dict) -> str:
-    """'2 high (high and critical accepted): torch PYSEC-..., PYSEC-...; setuptools PYSEC-...' or
-    'none known': what a line carries, in words, grouped by package (the line's own pins first)."""
-    by_package: dict[str, list[str]] = {}
-    for row in section.get("carried", []):
-        by_package.setdefault(row["package"], []).append(row["id"])
-    listing = "; ".join(f"{package} {', '.join(ids)}" for package, ids in by_package.items())
-    return section.get("summary", "?") + (f": {listing}" if listing else "")
-
-
-def advisory_summary(section: dict | None, today) -> str:
-    """One line: what the image's line carries, by the snapshot it was built against."""
-    if not section:
-        return "Advisories: not recorded in this image"
-    line = f"Advisories: {carried_text(section)} (PyPA data {data_age(section.get('as_of'), today)})"
-    if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
-        line += "; CRITICAL: never load a checkpoint you did not make with this image"
-    elif any(row["package"] == "torch" and row["severity"] in ("HIGH", "UNKNOWN") for row in section.get("carried", [])):
-        line += "; load checkpoints and pt2 archives only from sources you trust"
-    return line
-
-
-def advisory_details(section: dict | None) -> list[str]:
-    """One line per carried advisory: id, severity, package, fixed release, what it affects."""
-    return [
-        f"  {row['id']} ({row['severity']}, {_acceptance(row)}) "
-        f"{row['package']} {row['version']}, fixed: {row.get('fixed') or '?'}{_what(row)}"
-        for row in (section or {}).get("carried", [])
-    ]
-
-
-def _acceptance(row: dict) -> str:
-    if row["severity"] not in FAILING_SEVERITIES:
-        return "reported"  # below HIGH: listed, never a reason to fail
-    return "accepted" if row.get("accepted") else "NOT accepted"
-
-
-def _what(row: dict) -> str:
-    text = row.get("affects") or row.get("summary") or ""
-    return f": {text}" if text else ""

@@ -21,7 +21,7 @@ import json
 import os
 import threading
 
-from smoke import procs
+from common import procs
 
 TEST_HANG = "PROVEN_TORCH_TEST_HANG"
 

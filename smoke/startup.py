@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from common import rules as common_rules
 from smoke import facts, rules
 
 
@@ -71,7 +72,7 @@ def report(
     if advisories is not None:
         import datetime as dt
 
-        lines.append(rules.advisory_summary(advisories, dt.date.today()))
+        lines.append(common_rules.advisory_summary(advisories, dt.date.today()))
     return lines
 
 

@@ -20,9 +20,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.rules import STALE_AFTER_DAYS
 from pipeline.errors import UsageError
 from pipeline.variants import REPO_ROOT
-from smoke.rules import STALE_AFTER_DAYS
 
 SNAPSHOT_DIR = REPO_ROOT / "images" / "advisories"
 SNAPSHOT_DATA = "osv-pypi.jsonl.gz"

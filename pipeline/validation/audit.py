@@ -35,9 +35,9 @@ from cvss import CVSS2, CVSS3, CVSS4
 from cvss.exceptions import CVSSError
 from packaging.version import InvalidVersion, Version
 
+from common.rules import FAILING_SEVERITIES, normalize_name
 from pipeline.errors import UsageError
 from pipeline.variants import REPO_ROOT
-from smoke.rules import FAILING_SEVERITIES, normalize_name
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
 FAILING = FAILING_SEVERITIES

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from smoke.procs import free_port  # noqa: F401  (the one helper; tests import it from here too)
+from common.procs import free_port  # noqa: F401  (the one helper; tests import it from here too)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.5):

@@ -247,7 +247,7 @@ def test_the_cu121_disclosure_names_the_high_advisory_written_with_a_tagged_rele
     """PYSEC-2025-189 says last_affected 2.6.0-cu124: once dropped unseen, now HIGH (CVSS 3.1 7.5) and shown."""
     from pipeline.render import AdvisoryInputs, advisories_section
     from pipeline.variants import load_matrix
-    from smoke.rules import carried_text
+    from common.rules import carried_text
 
     section = advisories_section(load_matrix().by_name("2.5-cu121"), AdvisoryInputs.load())
     row = next(r for r in section["carried"] if r["id"] == "PYSEC-2025-189")

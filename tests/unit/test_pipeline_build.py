@@ -353,8 +353,8 @@ def test_the_index_probe_tells_a_closed_port_from_one_that_answers():
     import http.server
     import threading
 
+    from common.procs import free_port
     from pipeline.build_image import index_unreachable
-    from smoke.procs import free_port
 
     closed = free_port()
     assert "refused" in index_unreachable(f"http://127.0.0.1:{closed}/simple", None, timeout=5).lower()

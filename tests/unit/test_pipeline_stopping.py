@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from common.procs import alive
 from pipeline import hostprocs
 from pipeline import matrix as matrix_run
 from pipeline.errors import Interrupted, ValidationFailed
 from pipeline.run import BuildConfig
-from smoke.procs import alive
 
 pytestmark = pytest.mark.unit
 

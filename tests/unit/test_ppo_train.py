@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from common import procs
+from common.procs import free_port
 from ppo_bench import __main__ as cli
 from ppo_bench.errors import EXIT_BELOW_TARGET, EXIT_USAGE
 from ppo_bench.ppo import Args, train
-from smoke import procs
-from smoke.procs import free_port
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.render import spec_path
 from pipeline.variants import load_matrix
-from smoke import bench, proof
+from ppo_bench import bench
+from smoke import proof
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +42,7 @@ ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU
 
 
 def test_emulation_is_an_aarch64_userspace_on_an_x86_cpu(monkeypatch):
-    from smoke.facts import emulation
+    from common.deadlines import emulation
 
     monkeypatch.delenv("PROVEN_TORCH_EMULATED", raising=False)
     assert emulation("aarch64", X86_CPUINFO) == "aarch64 under emulation (qemu) on an x86_64 CPU"
@@ -52,7 +53,7 @@ def test_emulation_is_an_aarch64_userspace_on_an_x86_cpu(monkeypatch):
 
 
 def test_deadlines_stretch_under_emulation_only():
-    from smoke.facts import EMULATION_SCALE, deadline
+    from common.deadlines import EMULATION_SCALE, deadline
 
     assert deadline(120.0, emulated=False) == 120.0
     assert deadline(120.0, emulated=True) == 120.0 * EMULATION_SCALE > 120.0
@@ -249,7 +250,7 @@ def test_a_gate_past_its_deadline_is_stopped_with_every_process_it_started(tmp_p
     holding GPUs, after `proof` had given up."""
     import io
 
-    from smoke import procs
+    from common import procs
 
     launcher, ready = tmp_path / "launcher.py", tmp_path / "ready"
     launcher.write_text(LAUNCHER)

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import rlhf_bench  # noqa: F401  before anything imports transformers: it sets offline mode
+from common.cli import EXIT_OK, EXIT_USAGE
 from rlhf_bench import __main__ as cli
 from rlhf_bench import grpo
 from rlhf_bench.errors import EXIT_NO_RISE, EXIT_POLICY
-from smoke.clitools import EXIT_OK, EXIT_USAGE
 
 if importlib.util.find_spec("trl") is None:  # found, not imported: importing it would import transformers
     # A failure, not a skip: scripts/host-venv.sh installs the flavor's pins into .venv.

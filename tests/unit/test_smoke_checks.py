@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from smoke import checks, dist_worker, facts, procs
+from common import procs
+from smoke import checks, dist_worker, facts
 from smoke.expect import expect_from_facts
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Every wait inside the image comes from one table (smoke.facts.DEADLINES, scaled under emulation);
+"""Every wait inside the image comes from one table (smoke.deadlines.DEADLINES, scaled under emulation);
 a check that can hang runs in a bounded child; `proof` exits right after its verdict.
 
 The bug behind it: the 2.11-cu130 arm64 proof failed its shm check on a fixed 60 s DataLoader
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from common import deadlines, procs
 from pipeline.render import spec_path
 from pipeline.variants import load_matrix
-from smoke import checks, facts, procs, proof, shm_worker
+from smoke import checks, facts, proof, shm_worker
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-EMULATED = facts.emulated_on_x86("aarch64")
+EMULATED = deadlines.emulated_on_x86("aarch64")
 MARK = "PROVEN_TORCH_DEADLINES_TEST_RUN"  # inherited by every process a test starts, read by no code
 
 
@@ -42,17 +43,17 @@ def default_spec() -> Path:
 
 def test_every_deadline_stretches_by_the_emulation_scale_under_simulated_emulation(monkeypatch):
     monkeypatch.setenv("PROVEN_TORCH_EMULATED", EMULATED)
-    assert facts.emulation() == EMULATED
-    for name, seconds in facts.DEADLINES.items():
-        assert facts.wait_for(name) == seconds * facts.EMULATION_SCALE, name
-    monkeypatch.setattr(facts, "emulation", lambda *args, **kwargs: None)  # a native host
-    for name, seconds in facts.DEADLINES.items():
-        assert facts.wait_for(name) == seconds, name
+    assert deadlines.emulation() == EMULATED
+    for name, seconds in deadlines.DEADLINES.items():
+        assert deadlines.wait_for(name) == seconds * deadlines.EMULATION_SCALE, name
+    monkeypatch.setattr(deadlines, "emulation", lambda *args, **kwargs: None)  # a native host
+    for name, seconds in deadlines.DEADLINES.items():
+        assert deadlines.wait_for(name) == seconds, name
 
 
 def test_native_deadlines_are_the_ones_the_commands_always_had():
     """Moving them into the table changed no default on a native host."""
-    native = {name: facts.wait_for(name, emulated=False) for name in facts.DEADLINES}
+    native = {name: deadlines.wait_for(name, emulated=False) for name in deadlines.DEADLINES}
     assert native["ppo_gate"] == 900  # proof --ppo-timeout
     assert native["distributed"] == 120 and native["distributed"] / 2 == 60  # torchrun; each rank (dist_worker --timeout)
     assert native["shm"] / 2 == 60  # the shm check's DataLoader timeout
@@ -64,7 +65,7 @@ class Recorded(Exception):
 
 
 def test_the_checks_take_their_deadlines_from_the_table_under_simulated_emulation(monkeypatch):
-    monkeypatch.setattr(facts, "emulation", lambda *args, **kwargs: EMULATED)
+    monkeypatch.setattr(deadlines, "emulation", lambda *args, **kwargs: EMULATED)
     calls = []
 
     def bounded(cmd, timeout, **kwargs):
@@ -72,7 +73,7 @@ def test_the_checks_take_their_deadlines_from_the_table_under_simulated_emulatio
         return procs.Finished(None, "", "")
 
     monkeypatch.setattr(procs, "run_bounded", bounded)
-    scale = facts.EMULATION_SCALE
+    scale = deadlines.EMULATION_SCALE
 
     assert checks.run_distributed("gloo", 2).status == "fail"
     cmd, timeout = calls.pop()
@@ -85,7 +86,7 @@ def test_the_checks_take_their_deadlines_from_the_table_under_simulated_emulatio
 
 
 def test_stopping_takes_its_grace_from_the_table_under_simulated_emulation(monkeypatch):
-    monkeypatch.setattr(facts, "emulation", lambda *args, **kwargs: EMULATED)
+    monkeypatch.setattr(deadlines, "emulation", lambda *args, **kwargs: EMULATED)
     graces = []
     real_stop = procs.stop_tree
 
@@ -95,7 +96,7 @@ def test_stopping_takes_its_grace_from_the_table_under_simulated_emulation(monke
 
     monkeypatch.setattr(procs, "stop_tree", watching_stop)
     assert procs.run_bounded([sys.executable, "-c", "import threading; threading.Event().wait()"], 0.5).returncode is None
-    assert graces == [10 * facts.EMULATION_SCALE]
+    assert graces == [10 * deadlines.EMULATION_SCALE]
 
     def stopping(root, tree, grace):
         graces.append(grace)
@@ -104,11 +105,11 @@ def test_stopping_takes_its_grace_from_the_table_under_simulated_emulation(monke
     monkeypatch.setattr(procs, "_stop", stopping)
     monkeypatch.setattr(procs, "descendants", lambda pid: [2**22 + 1])
     procs.stop_descendants()
-    assert graces[-1] == 2 * facts.EMULATION_SCALE
+    assert graces[-1] == 2 * deadlines.EMULATION_SCALE
 
 
 def test_the_ppo_gate_deadline_under_simulated_emulation(monkeypatch, tmp_path):
-    monkeypatch.setattr(facts, "emulation", lambda *args, **kwargs: EMULATED)
+    monkeypatch.setattr(deadlines, "emulation", lambda *args, **kwargs: EMULATED)
 
     def suite(*args, **kwargs):
         raise Recorded
@@ -118,7 +119,7 @@ def test_the_ppo_gate_deadline_under_simulated_emulation(monkeypatch, tmp_path):
     out = io.StringIO()
     with pytest.raises(Recorded):
         proof.prove(args, out)
-    gate = 900 * facts.EMULATION_SCALE
+    gate = 900 * deadlines.EMULATION_SCALE
     assert args.ppo_timeout == gate and f"the gate may take {gate:.0f} s" in out.getvalue()
 
 
@@ -165,7 +166,7 @@ def test_the_scan_catches_the_fixed_waits_there_were():
     fine = [
         "time.sleep(0.1)",
         "last = procs.run_bounded(cmd, timeout, env=env, grace=0)",
-        "timeout = facts.wait_for('shm') if timeout is None else timeout",
+        "timeout = deadlines.wait_for('shm') if timeout is None else timeout",
         'wait = 0 if hang == "shm" else timeout',
         "if timeout == 60: pass",
         "timeout_s = run_timeout",
@@ -175,13 +176,14 @@ def test_the_scan_catches_the_fixed_waits_there_were():
 
 
 def test_no_fixed_wait_in_smoke_outside_the_table():
-    """Every wait in smoke/ goes through facts.wait_for (DEADLINES): a new fixed one fails here."""
+    """Every wait in smoke/ and common/ goes through deadlines.wait_for (DEADLINES): a new fixed one fails here."""
     found = {
-        path.name: waits
-        for path in sorted((REPO / "smoke").glob("*.py"))
-        if path.name != "facts.py" and (waits := fixed_waits(path.read_text()))
+        f"{path.parent.name}/{path.name}": waits
+        for folder in ("smoke", "common")
+        for path in sorted((REPO / folder).glob("*.py"))
+        if path.name != "deadlines.py" and (waits := fixed_waits(path.read_text()))
     }
-    assert found == {}, "fixed waits outside smoke/facts.py's DEADLINES: " + json.dumps(found)
+    assert found == {}, "fixed waits outside common/deadlines.py's DEADLINES: " + json.dumps(found)
 
 
 # --------------------------------------------------------------------------- a check that hangs
@@ -241,7 +243,7 @@ def test_a_dataloader_that_never_answers_fails_the_check_at_its_deadline(monkeyp
     run = uuid.uuid4().hex
     monkeypatch.setenv(MARK, run)
     monkeypatch.setenv(shm_worker.TEST_HANG, "shm")  # its workers block forever, and so does its DataLoader
-    monkeypatch.setitem(facts.DEADLINES, "shm", 8.0)
+    monkeypatch.setitem(deadlines.DEADLINES, "shm", 8.0)
     size = 64 * 2**20
     started = time.monotonic()
     outcome = checks.check_shm(checks.Context(expect={}, require_gpu=False, facts={**host_facts, "shm_bytes": size}))
@@ -278,8 +280,9 @@ def test_a_dataloader_timeout_is_answered_by_the_child_which_then_exits(monkeypa
 # a non-daemon thread and a child process, as a DataLoader worker blocked on a futex was.
 PROOF_WITH_A_HANGING_CHECK = """
 import runpy, subprocess, sys, threading
-from smoke import checks, facts
-facts.DEADLINES["shm"] = float(sys.argv[1])
+from common import deadlines
+from smoke import checks
+deadlines.DEADLINES["shm"] = float(sys.argv[1])
 checks.CHECKS = tuple(c for c in checks.CHECKS if c[0] in ("versions", "shm"))
 threading.Thread(target=threading.Event().wait).start()
 subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])

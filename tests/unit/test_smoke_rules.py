@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from common import rules as common_rules
 from smoke import rules
 from smoke.expect import UsageError, load_expect, validate_expect
 from smoke.facts import parse_proc_driver_version
@@ -357,13 +358,13 @@ SECTION = {
 def test_advisory_summary_names_them_and_says_the_data_is_stale():
     import datetime as dt
 
-    line = rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
+    line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
     assert line.startswith(
         "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
         "(PyPA data as of 2026-07-23, 133 days old: stale)"
     )
     assert "only from sources you trust" in line
-    fresh = rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
+    fresh = common_rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
     assert "9 days old)" in fresh and "stale" not in fresh
 
 
@@ -371,17 +372,17 @@ def test_a_critical_advisory_says_never_load_untrusted_checkpoints():
     import datetime as dt
 
     critical = {**SECTION, "carried": [{**SECTION["carried"][0], "severity": "CRITICAL"}]}
-    assert "CRITICAL: never load a checkpoint you did not make" in rules.advisory_summary(critical, dt.date(2026, 8, 1))
+    assert "CRITICAL: never load a checkpoint you did not make" in common_rules.advisory_summary(critical, dt.date(2026, 8, 1))
 
 
 def test_no_advisories_and_no_record():
     import datetime as dt
 
-    assert rules.advisory_summary({"as_of": "2026-07-23", "summary": "none known", "carried": []}, dt.date(2026, 8, 1)) == (
-        "Advisories: none known (PyPA data as of 2026-07-23, 9 days old)"
-    )
-    assert rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
-    assert rules.advisory_details(SECTION)[1].startswith(
+    assert common_rules.advisory_summary(
+        {"as_of": "2026-07-23", "summary": "none known", "carried": []}, dt.date(2026, 8, 1)
+    ) == ("Advisories: none known (PyPA data as of 2026-07-23, 9 days old)")
+    assert common_rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
+    assert common_rules.advisory_details(SECTION)[1].startswith(
         "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed: 3.5.0: torch.load"
     )
 
@@ -399,12 +400,13 @@ def test_medium_and_low_rows_are_reported_grouped_by_package_and_need_no_accepta
         "summary": "path traversal",
     }
     section = {**SECTION, "summary": "2 high, 1 medium (high and critical accepted)", "carried": [*SECTION["carried"], medium]}
-    assert rules.carried_text(section).endswith(": torch PYSEC-2026-139, PYSEC-2026-2286; setuptools PYSEC-9")
+    assert common_rules.carried_text(section).endswith(": torch PYSEC-2026-139, PYSEC-2026-2286; setuptools PYSEC-9")
     assert (
-        rules.advisory_details(section)[2] == "  PYSEC-9 (MEDIUM, reported) setuptools 1.0, fixed: no fix stated: path traversal"
+        common_rules.advisory_details(section)[2]
+        == "  PYSEC-9 (MEDIUM, reported) setuptools 1.0, fixed: no fix stated: path traversal"
     )
     only_medium = {**section, "summary": "1 medium", "carried": [medium]}
-    assert "sources you trust" not in rules.advisory_summary(only_medium, dt.date(2026, 8, 1))
+    assert "sources you trust" not in common_rules.advisory_summary(only_medium, dt.date(2026, 8, 1))
 
 
 # --- NCCL's inter-node transports (start-up report) ------------------------------------

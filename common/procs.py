@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NoReturn, TextIO
 
-from smoke import facts
+from common import deadlines
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds smoke/, ppo_bench/, rlhf_bench/
 
@@ -92,16 +92,16 @@ def _stop(root: int, tree: list[int], grace: float) -> list[int]:
 
 def stop_tree(proc: subprocess.Popen, grace: float | None = None) -> None:
     """SIGTERM `proc` and every process below it, SIGKILL what is left after `grace` seconds
-    (None: "stop_grace" in facts.DEADLINES); reap `proc`."""
-    grace = facts.wait_for("stop_grace") if grace is None else grace
+    (None: "stop_grace" in deadlines.DEADLINES); reap `proc`."""
+    grace = deadlines.wait_for("stop_grace") if grace is None else grace
     _stop(proc.pid, [proc.pid, *descendants(proc.pid)], grace)
     proc.wait()
 
 
 def stop_descendants(grace: float | None = None) -> list[int]:
     """SIGTERM every process below this one, SIGKILL what is left after `grace` seconds
-    (None: "quick_stop" in facts.DEADLINES); the pids it found (none: it returns at once)."""
-    grace = facts.wait_for("quick_stop") if grace is None else grace
+    (None: "quick_stop" in deadlines.DEADLINES); the pids it found (none: it returns at once)."""
+    grace = deadlines.wait_for("quick_stop") if grace is None else grace
     tree = descendants(os.getpid())
     return _stop(os.getpid(), tree, grace) if tree else []
 
@@ -148,11 +148,11 @@ def run_bounded(
     `output`: "capture" (stdout and stderr apart, in the Finished), a function (called with
     each line of stdout and stderr together, as it comes), an open file (stdout and stderr
     go there), or None (inherited). At the deadline the command and every process it
-    started get SIGTERM, SIGKILL after `grace` seconds (None: "stop_grace" in facts.DEADLINES),
+    started get SIGTERM, SIGKILL after `grace` seconds (None: "stop_grace" in deadlines.DEADLINES),
     and returncode is None; an error or Ctrl-C while waiting stops them too ("quick_stop"),
     before it propagates.
     """
-    grace = facts.wait_for("stop_grace") if grace is None else grace
+    grace = deadlines.wait_for("stop_grace") if grace is None else grace
     if output == "capture":
         streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     elif callable(output):
@@ -185,7 +185,7 @@ def run_bounded(
         timer.cancel()
         timer.join()  # a stop at the deadline finishes before this returns
         if proc.poll() is None:  # an error or Ctrl-C here: leave nothing running
-            stop_tree(proc, grace=facts.wait_for("quick_stop"))
+            stop_tree(proc, grace=deadlines.wait_for("quick_stop"))
     return Finished(None if stopped.is_set() else proc.returncode, out, err)
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from smoke.procs import run_streamed
+from common.procs import run_streamed
 
 BENCHES = {"atari": "ALE/Breakout-v5"}  # --bench NAME -> the game it plays
 RELEASE_FIGURES = Path(__file__).resolve().parent.parent / "ppo_bench" / "release_figures.json"
