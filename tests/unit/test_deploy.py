@@ -1,8 +1,10 @@
 """The deploy manifests validate offline, strictly: the core kinds against a current Kubernetes
 release's schemas (kubernetes-validate --strict), the Kubeflow TrainJob against the CRD schema of
 the Trainer release it targets (deploy/kubeflow/trainjob.schema.json), checked as the API server
-checks a custom resource on create. The admission policies (deploy/policy/) name only what
-pipeline/statements.py names, and the predicates the release attaches with cosign
+checks a custom resource on create. The admission policies (deploy/policy/) validate against their
+engines' CRDs, decide as they must on the test results the pipeline makes (the rego run by a Rego
+evaluator, Kyverno's JMESPath by the jmespath library), give each signer its own images, and name
+only what pipeline/statements.py names; the predicates the release attaches with cosign
 (scripts/predicates-from-report.py) are the ones pipeline.attest signs."""
 
 from __future__ import annotations
@@ -281,7 +283,8 @@ def require(module: str, package: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        pytest.fail(f"{package} is not installed: `.venv/bin/pip install -r requirements-dev.txt` brings it", pytrace=False)
+        pass
+    pytest.fail(f"{package} is not installed: `.venv/bin/pip install -r requirements-dev.txt` brings it", pytrace=False)
 
 
 def policy_objects(path: Path) -> list[dict]:
@@ -311,11 +314,14 @@ def git_blob_id(data: bytes) -> str:
 
 
 @functools.cache
+def vendored_crd(name: str) -> dict:
+    return yaml.load(crd_bytes(name), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def crd_schema(api_version: str, kind: str) -> dict:
     """The openAPIV3Schema that the vendored CRD of `kind` gives `api_version`; fails if none does."""
     group, _, version = api_version.rpartition("/")
-    for name in vendored_crds():
-        crd = yaml.load(crd_bytes(name), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for crd in map(vendored_crd, vendored_crds()):
         if (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (group, kind):
             for served in crd["spec"]["versions"]:
                 if served["name"] == version and served.get("served"):
