@@ -454,7 +454,7 @@ def kyverno_conditions() -> dict[str, list[tuple[dict, list[dict]]]]:
     return found
 
 
-def statement_of(predicate: dict) -> dict:
+def statement_of(predicate) -> dict:
     return statements.statement("test-result", statements.Subject(REPO, DIGEST), predicate)
 
 
