@@ -10,8 +10,11 @@
     python build.py render [--check]                 regenerate (or check) the Dockerfiles
     python build.py matrix [--line VARIANT]          build and prove every line this host can
     python build.py advisories --from DIR|ZIP        refresh the audit's advisory snapshot
-    python build.py keygen DIR                       a key pair to sign pushes with (--sign-key)
+    python build.py keygen DIR [--encrypt]           a key pair to sign pushes with (--sign-key)
     python build.py verify IMAGE_REF --key PUBKEY    check a pushed image's signed proof
+    python build.py sign IMAGE@DIGEST --report R --proof P --sign-key KEY
+                                                     sign a pushed digest after its (GPU) proof passed
+    python build.py withdraw IMAGE@DIGEST            remove a pushed digest whose proof failed
 
 Nothing is tagged before validation passed; nothing is pushed that was not
 validated; what is pushed is the very image that was tested. This file parses
@@ -27,9 +30,13 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from common.rules import STALE_AFTER_DAYS as DEFAULT_MAX_AGE  # verify --max-age: the age at which advisory data is stale
 from pipeline.cli_text import COMMANDS, EPILOG, HELP
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UsageError
+from pipeline.hostprocs import DEADLINES
 from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, load_matrix
+
+OWN_PACKAGES = ("build", "pipeline", "common", "smoke", "ppo_bench", "rlhf_bench", "container", "tests", "scripts")
 
 GLOBAL_FLAGS = {"--matrix": True, "--debug": False}  # flag: takes a value
 LOCK_CHECK_TAKES_NO = ("cuda", "torch", "flavor")
@@ -53,6 +60,8 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
         n: sub.add_parser(n, help=t, description=f"build.py {n}: {t}", epilog=EPILOG, formatter_class=fmt)
         for n, t in COMMANDS.items()
     }
+    for command in cmds.values():  # --debug before or after the command; SUPPRESS keeps the global value when absent
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=HELP["--debug"])
     into = {**cmds, "list": cmds["list"].add_mutually_exclusive_group()}  # list prints one thing: two of its flags exit 2
     flags: dict[str, list[str]] = {name: [] for name in COMMANDS}
 
@@ -73,11 +82,20 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("build matrix", "--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP")
     add("build matrix", "-v", "--verbose", action="store_true")
     add("build", "--allow-cpu-validation", action="store_true")
-    add("build", "--sign-key", type=Path, default=None, metavar="PRIVATE_KEY")
+    add("build sign", "--sign-key", type=Path, default=None, metavar="PRIVATE_KEY")
+    add("build sign keygen", "--sign-key-passphrase-file", type=Path, default=None, metavar="FILE")
     add("keygen", "directory", type=Path, metavar="DIR")
+    add("keygen", "--encrypt", action="store_true")
     add("verify", "image_ref", metavar="IMAGE_REF")
+    add("sign withdraw", "signed_ref", metavar="IMAGE@DIGEST")
     add("verify", "--key", type=Path, required=True, metavar="PUBKEY")
-    add("verify", "--require-gpu", action="store_true")
+    add("verify sign", "--require-gpu", action="store_true")
+    add("verify", "--expect-line", metavar="LINE")
+    add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
+    add("verify", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
+    add("sign", "--report", type=Path, required=True, metavar="REPORT_JSON")
+    add("sign", "--proof", type=Path, metavar="PROOF_JSON")
+    add("sign", "--run-id", metavar="ID")
     add("build report matrix", "--report-dir", type=Path, default=REPO_ROOT / "reports")
     add("render lock", "--check", action="store_true")
     for option in ("--markdown", "--json", "--default"):
@@ -135,11 +153,12 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
     if args.command == "list":
         return say(list_output(matrix, args))
     if args.command == "render":
-        from pipeline.render import render_or_check
+        from pipeline.commands import render_or_check
 
         return say(render_or_check(matrix, args.check))
     if args.command == "lock":
-        from pipeline.lock import check_locks, relock
+        from pipeline.commands import relock
+        from pipeline.lock import check_locks
 
         return check_locks(matrix) if args.check else relock(matrix, args.cuda, args.torch, args.flavor)
     if args.command == "advisories":
@@ -147,23 +166,36 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
 
         return say(refresh_snapshot(args.from_dir, args.source, args.as_of))
     if args.command == "keygen":
-        from pipeline.signing import keygen_lines
+        from pipeline.attest import keygen_lines
 
-        return say(keygen_lines(args.directory))
+        return say(keygen_lines(args.directory, args.encrypt, args.sign_key_passphrase_file))
     if args.command == "verify":
-        from pipeline.verify import verify_and_show
+        from pipeline.verify import Policy, verify_and_show
 
-        return say(verify_and_show(args.image_ref, args.key, args.require_gpu, args.json))
+        policy = Policy(require_gpu=args.require_gpu, max_age_days=args.max_age, expect_line=args.expect_line)
+        return say(verify_and_show(args.image_ref, args.key, policy, args.timeout, args.json))
+    if args.command == "sign":
+        from pipeline.attest import key_source
+        from pipeline.publish import sign_pushed
+
+        key = key_source(args.sign_key, args.sign_key_passphrase_file)
+        if key is None:
+            raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY)")
+        return say(sign_pushed(args.signed_ref, args.report, key, args.proof, args.require_gpu, args.run_id))
+    if args.command == "withdraw":
+        from pipeline.publish import withdraw
+
+        return say(withdraw(args.signed_ref))
     if args.command == "report":
         from pipeline.html_report import rebuild_index
 
         return say(rebuild_index(args.report_dir))
     shared = {"ca_cert": args.ca_cert, "advisories": args.advisories, "report_dir": args.report_dir, "verbose": args.verbose}
     if args.command == "matrix":
-        from pipeline.matrix import run_and_summarize
+        from pipeline.all_lines import run_and_summarize
 
         return run_and_summarize(matrix, args.line, args.keep, **shared)
-    from pipeline.run import build_line
+    from pipeline.line import build_line
 
     chosen = {
         "repo": args.repo,
@@ -173,6 +205,7 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         "hold_moving_tags": args.hold_moving_tags,
         "allow_cpu_validation": args.allow_cpu_validation,
         "sign_key": args.sign_key,
+        "sign_key_passphrase_file": args.sign_key_passphrase_file,
     }
     return say(build_line(matrix, args.cuda, args.torch, args.flavor, args.platform, **chosen, **shared))
 
@@ -199,7 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("build.py: interrupted", file=sys.stderr)
         return 130
-    except Exception as err:  # a bug: one line, the traceback on request
+    except Exception as err:  # a bug, or a host venv that is missing: one line, the traceback on request
+        if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] not in OWN_PACKAGES:
+            print(
+                f"build.py {args.command}: needs the host venv (no module {err.name!r} in {sys.executable}): run `make image` "
+                f"(it creates .venv), then `.venv/bin/python build.py {args.command} ...`",
+                file=sys.stderr,
+            )
+            return UsageError.exit_code
         if args.debug:
             traceback.print_exc()
         print(f"build.py: unexpected error: {type(err).__name__}: {err} (rerun with --debug and report it)", file=sys.stderr)

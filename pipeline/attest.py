@@ -1,196 +1,299 @@
-"""Signing a push: the statements about each pushed digest (pipeline.statements), signed with the
-user's key (pipeline.signing) and attached beside it in the registry (pipeline.referrers).
+"""The signing key, from the file it is read from to the DSSE envelopes it signs, and the checking of
+envelopes with a public key. No hand-written crypto: securesystemslib and cryptography.
 
-pipeline.run calls `attest_image` after an image's immutable tag is pushed and before any moving
-tag moves, and `attest_index` for a multi-arch line's index.
+A key pair is ed25519 in PEM: the private key PKCS#8 (optionally encrypted with a passphrase), the
+public key SubjectPublicKeyInfo (the form cosign and openssl read too).
+
+The private key is read in one place only: the signer, a Python process of its own started from
+the signer's venv (.venv-signer, installed by scripts/host-venv.sh from the hash-locked
+requirements-signer.lock: securesystemslib, cryptography and what they need, nothing else). It runs
+this module (`python -m pipeline.attest`), which imports the standard library, those two packages
+and pipeline.errors/pipeline.statements (standard library only). The build's own process, with
+Docker's SDK, requests and the test tools in its venv, never holds the key: it sends the
+statements to sign and gets envelopes back. The key file must lie outside the checkout (the
+image's build context) and be readable by its owner only; its passphrase comes from
+PROVEN_TORCH_SIGN_KEY_PASSPHRASE or a file (--sign-key-passphrase-file), never from an argument.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
+import base64
+import copy
 import json
-import platform as host
+import os
+import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import hostprocs, lock, referrers, signing, statements
-from pipeline.build_image import SOURCE
-from pipeline.errors import PipelineError, PushFailed
-from pipeline.render import dockerfile_path
-from pipeline.statements import Subject
-from pipeline.variants import REPO_ROOT, Variant
+from pipeline.errors import NotVerified, PipelineError, RegistryDataRefused, UsageError
+from pipeline.statements import PAYLOAD_TYPE, encode
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SIGN_KEY_ENV = "PROVEN_TORCH_SIGN_KEY"
+PASSPHRASE_ENV = "PROVEN_TORCH_SIGN_KEY_PASSPHRASE"
+SIGNER_PYTHON_ENV = "PROVEN_TORCH_SIGNER_PYTHON"  # another signer interpreter (tests; hosts with their own venv)
+SIGNER_VENV = REPO_ROOT / ".venv-signer"
+PRIVATE_NAME, PUBLIC_NAME = "proven-torch.key", "proven-torch.pub"
+SIGNER_TIMEOUT = 120  # seconds for one request to the signer (the SBOM statement is the largest, ~2 MB)
 
 
 @dataclass(frozen=True)
-class RunFacts:
-    """What provenance says about the run, gathered once: the command, the source, the tools."""
+class KeySource:
+    """Where the private key and its passphrase are: what the build passes around instead of the key."""
 
-    command: list[str]
-    commit: str  # the full git commit, "-dirty" when the checkout had changes, or "nogit"
-    started: str  # RFC 3339
-    invocation: str  # the report folder's name: one per run
-    tools: dict
+    path: Path
+    passphrase_file: Path | None = None
 
 
-@dataclass(frozen=True)
-class Signer:
-    key: signing.SigningKey
-    facts: RunFacts
-    base_images: dict[str, str]  # platform -> the base image the line builds from
+def key_source(flag: Path | None, passphrase_file: Path | None = None) -> KeySource | None:
+    """--sign-key, else PROVEN_TORCH_SIGN_KEY, else None (pushes are then unsigned)."""
+    value = flag if flag is not None else (os.environ.get(SIGN_KEY_ENV, "").strip() or None)
+    return KeySource(Path(value), passphrase_file) if value is not None else None
 
 
-def run_facts(client, build_cli: str, command: list[str], revision: str, started: str, invocation: str) -> RunFacts:
-    done = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], "git")
-    commit = done.stdout.strip() if done.returncode == 0 else "nogit"
-    version = client.version()
-    tools = {
-        "docker_engine": version.get("Version"),
-        "docker_api": version.get("ApiVersion"),
-        "builder": build_cli,
-        "components": {c.get("Name"): c.get("Version") for c in version.get("Components", [])},
-        "python": host.python_version(),
-    }
-    return RunFacts(
-        command=command,
-        commit=commit + ("-dirty" if revision.endswith("-dirty") else ""),
-        started=started,
-        invocation=invocation,
-        tools=tools,
-    )
+# --------------------------------------------------------------------------- the build's side
 
 
-def _file_digest(path: Path) -> dict:
-    return {"uri": f"file:{path.relative_to(REPO_ROOT)}", "digest": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}
-
-
-def dependencies(client, variant: Variant, platform: str, base_image: str, commit: str) -> list[dict]:
-    """SLSA resolvedDependencies: the source at its commit, the Dockerfile, the line's locks, the base image."""
-    deps = [{"uri": f"git+{SOURCE}@{commit}", "digest": {"gitCommit": commit.removesuffix("-dirty")}}]
-    deps.append(_file_digest(dockerfile_path(variant)))
-    folder = lock.lock_dir(variant, platform=platform)
-    deps += [_file_digest(p) for p in sorted(folder.glob("*.txt"))] if folder.is_dir() else []
-    try:
-        base = client.images.get(base_image)
-        deps.append(
-            {
-                "uri": f"docker-image://{base_image}",
-                "digest": {"sha256": base.id.removeprefix("sha256:")},
-                "annotations": {"repoDigests": base.attrs.get("RepoDigests", [])},
-            }
+def _signer_python() -> str:
+    chosen = os.environ.get(SIGNER_PYTHON_ENV, "").strip()
+    python = Path(chosen) if chosen else SIGNER_VENV / "bin" / "python"
+    if not python.is_file():
+        raise UsageError(
+            f"the signer's venv is missing ({python}): run `bash scripts/host-venv.sh` (make image does), which installs "
+            "it from the hash-locked requirements-signer.lock"
         )
-    except Exception:  # a base image no longer on the host: said, not invented
-        deps.append({"uri": f"docker-image://{base_image}", "annotations": {"note": "not on the host at signing time"}})
-    return deps
+    return str(python)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _ask_signer(request: dict) -> dict:
+    """One request to a fresh signer process; its answer, or its one-line refusal as a PipelineError."""
+    cmd = [_signer_python(), "-s", "-E", "-m", "pipeline.attest"]  # -s -E: no user site, no PYTHON* variables
+    try:
+        done = subprocess.run(
+            cmd, input=json.dumps(request), capture_output=True, text=True, cwd=REPO_ROOT, timeout=SIGNER_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"the signer did not answer within {SIGNER_TIMEOUT} s") from None
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise PipelineError(f"the signer failed (exit {done.returncode}): {tail}") from None
+    if "error" in answer:
+        raise (UsageError if answer.get("usage") else PipelineError)(str(answer["error"]))
+    return answer
 
 
-def provenance(signer: Signer, line: str, platform: str, deps: list[dict]) -> dict:
-    facts = signer.facts
-    return statements.provenance_predicate(
-        builder_id=f"{SOURCE}/blob/{facts.commit.removesuffix('-dirty')}/build.py",
-        revision=facts.commit,
-        command=facts.command,
-        line=line,
-        platform=platform,
-        dependencies=deps,
-        tools=facts.tools,
-        invocation=facts.invocation,
-        started=facts.started,
-        finished=_now(),
+def check_key(source: KeySource) -> str:
+    """The key's id, after the signer read it: a bad key, a wrong passphrase or a key others can read is
+    refused here, before any build."""
+    return str(_ask_signer({"op": "keyid", **_where(source)})["keyid"])
+
+
+def sign(source: KeySource, statements: list[dict]) -> tuple[str, list[bytes]]:
+    """(key id, one DSSE envelope per statement, in order), signed by the signer."""
+    answer = _ask_signer({"op": "sign", **_where(source), "statements": statements})
+    return str(answer["keyid"]), [base64.b64decode(e) for e in answer["envelopes"]]
+
+
+def keygen(directory: Path, encrypt: bool = False, passphrase_file: Path | None = None) -> tuple[Path, Path, str]:
+    """(private, public, key id) of a new pair the signer wrote in `directory`."""
+    answer = _ask_signer(
+        {"op": "keygen", "directory": str(directory), "encrypt": encrypt, "passphrase_file": _str(passphrase_file)}
     )
+    return Path(answer["private"]), Path(answer["public"]), str(answer["keyid"])
 
 
-def image_statements(
-    signer: Signer,
-    subject: Subject,
-    validation: dict,
-    image_id: str,
-    deps: list[dict],
-    variant: Variant,
-    platform: str,
-    sbom_path: Path,
-) -> list[dict]:
-    """The six statements about one pushed image."""
-    locks = [{"name": d["uri"].removeprefix("file:"), "digest": d["digest"]} for d in deps if d["uri"].startswith("file:")]
-    configuration = [
-        {"name": "image", "uri": f"{subject.name}@{subject.digest}", "digest": {"sha256": image_id.removeprefix("sha256:")}},
-        *locks,
-    ]
-    sbom = json.loads(sbom_path.read_text())
-    audit = validation.get("audit", {})
-    host_facts = {"machine": host.machine(), "system": host.platform()}
+def keygen_lines(directory: Path, encrypt: bool = False, passphrase_file: Path | None = None) -> list[str]:
+    """`build.py keygen DIR`: what was written and how to use it."""
+    private, public, keyid = keygen(directory, encrypt, passphrase_file)
+    how = f" (encrypted: give its passphrase in ${PASSPHRASE_ENV} or --sign-key-passphrase-file)" if encrypt else ""
     return [
-        statements.statement("provenance", subject, provenance(signer, variant.name, platform, deps)),
-        statements.statement("sbom", subject, sbom),
-        statements.statement(
-            "test-result", subject, statements.test_result_predicate(validation, image_id, configuration, variant.flavor)
-        ),
-        statements.statement("benchmark", subject, statements.benchmark_predicate(validation, host_facts)),
-        statements.statement("vulns", subject, statements.vulns_predicate(audit, signer.facts.commit)),
-        statements.statement("vex", subject, statements.vex_predicate(audit, f"{subject.name}@{subject.digest}", SOURCE, _now())),
+        f"==> private key: {private} (mode 600{how}; never commit it, never put it in the checkout)",
+        f"==> public key:  {public} (key id {keyid[:16]}…; give it to whoever verifies)",
+        f"sign pushes:     python build.py --push --sign-key {private}   (or export {SIGN_KEY_ENV}={private})",
+        f"verify an image: python build.py verify HOST/REPO:TAG --key {public}",
     ]
 
 
-def sign_and_attach(signer: Signer, ref: str, digest: str, stmts: list[dict]) -> dict:
-    """Sign each statement and attach it to `digest` in the registry; the report's record of it.
-    A registry that refuses them fails the push (exit 6): the user asked for a signed image."""
-    image = referrers.parse_ref(f"{ref}@{digest}")
-    registry = referrers.Registry(image)
+def _str(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def _where(source: KeySource) -> dict:
+    return {"key": str(source.path), "passphrase_file": _str(source.passphrase_file)}
+
+
+# --------------------------------------------------------------------------- checking (public keys only)
+
+
+def load_public_key(path: Path):
+    """The public key statements must be signed with (securesystemslib's Key)."""
+    from cryptography.hazmat.primitives import serialization
+    from securesystemslib.signer import SSlibKey
+
     try:
-        subject = referrers.subject_descriptor(registry, digest)
-        envelopes = [(s["predicateType"], signing.sign(signer.key, s)) for s in stmts]
-        added = referrers.attach(registry, subject, envelopes)
+        public = serialization.load_pem_public_key(path.read_bytes())
+    except OSError as err:
+        raise UsageError(
+            f"--key {path}: cannot read it ({err.strerror}); pass the public key (.pub) the images were signed with"
+        ) from None
+    except ValueError:
+        raise UsageError(f"--key {path}: not a PEM public key; pass the .pub file `build.py keygen` wrote") from None
+    try:
+        return SSlibKey.from_crypto(public)
+    except ValueError as err:
+        raise UsageError(f"--key {path}: a key type this tool does not verify ({err})") from None
+
+
+def signers_of(envelope: dict) -> set[str]:
+    """The key ids an envelope says signed it (unverified: for choosing, never for trusting)."""
+    signatures = envelope.get("signatures")
+    return {str(s.get("keyid", "")) for s in signatures if isinstance(s, dict)} if isinstance(signatures, list) else set()
+
+
+def open_envelope(envelope: dict, key, what: str) -> bytes:
+    """The payload of a DSSE envelope (already parsed, bounded, by pipeline.registry) whose signature
+    `key` verifies; NotVerified otherwise. The payload is returned as bytes, for statements.read_statement."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import FormatError, VerificationError
+
+    try:
+        opened = Envelope.from_dict(copy.deepcopy(envelope))
+    except (FormatError, KeyError, TypeError, ValueError, AttributeError):  # every shape a JSON object can take
+        raise RegistryDataRefused(f"{what}: not a DSSE envelope") from None
+    if opened.payload_type != PAYLOAD_TYPE:
+        raise NotVerified(f"{what}: payload type {opened.payload_type!r}, not an in-toto statement")
+    try:
+        opened.verify([key], 1)
+    except (VerificationError, FormatError, ValueError, TypeError):
+        signed_by = ", ".join(s[:16] for s in opened.signatures) or "nobody"
+        raise NotVerified(
+            f"{what}: the signature does not verify with key {key.keyid[:16]}… (signed by {signed_by}…): "
+            "altered after signing, or signed with another key"
+        ) from None
+    return opened.payload
+
+
+# --------------------------------------------------------------------------- the signer's side
+
+
+def _refuse_in_build_context(path: Path, flag: str) -> None:
+    """The build context is the checkout: a key inside it could be copied into a layer."""
+    if path.resolve().is_relative_to(REPO_ROOT):
+        raise UsageError(
+            f"{flag} {path} is inside the checkout, which is the image's build context; "
+            "keep it outside (e.g. ~/.config/proven-torch/) and pass that path"
+        )
+
+
+def _passphrase(passphrase_file: str | None, needed: str = "") -> bytes | None:
+    """The passphrase from the file, else the environment; `needed`: what wants one (a refusal names it)."""
+    if passphrase_file:
+        try:
+            text = Path(passphrase_file).read_text().rstrip("\n")
+        except OSError as err:
+            raise UsageError(f"--sign-key-passphrase-file {passphrase_file}: cannot read it ({err.strerror})") from None
+    else:
+        text = os.environ.get(PASSPHRASE_ENV, "")
+    if needed and not text:
+        raise UsageError(f"{needed}: give its passphrase in ${PASSPHRASE_ENV} or --sign-key-passphrase-file FILE")
+    return text.encode() if text else None
+
+
+def _load_private(path: Path, passphrase_file: str | None):
+    """securesystemslib's CryptoSigner over the private key at `path`; one clear line for each way it can be wrong."""
+    from cryptography.hazmat.primitives import serialization
+    from securesystemslib.signer import CryptoSigner
+
+    _refuse_in_build_context(path, "--sign-key")
+    try:
+        data = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError as err:
+        raise UsageError(
+            f"--sign-key {path}: cannot read it ({err.strerror}); make one with `python build.py keygen DIR`"
+        ) from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UsageError(f"--sign-key {path}: readable by others (mode {mode & 0o777:o}); run `chmod 600 {path}`")
+    encrypted = b"ENCRYPTED PRIVATE KEY" in data
+    password = _passphrase(passphrase_file, needed=f"--sign-key {path} is encrypted") if encrypted else None
+    try:
+        private = serialization.load_pem_private_key(data, password=password)
+        signer = CryptoSigner(private)
+    except (ValueError, TypeError) as err:
+        why = "the passphrase is wrong" if encrypted else f"not a PEM private key ({type(err).__name__})"
+        raise UsageError(f"--sign-key {path}: {why}; make one with `python build.py keygen DIR`") from None
+    return signer
+
+
+def _create(path: Path, data: bytes, mode: int) -> None:
+    """Write a new file; never through a symlink, never over an existing file (or a dangling link)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        raise UsageError(f"{path} exists (or is a link): keygen never overwrites; pick an empty folder") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _keygen(directory: Path, encrypt: bool, passphrase_file: str | None) -> dict:
+    from cryptography.hazmat.primitives import serialization
+    from securesystemslib.signer import CryptoSigner
+
+    private, public = directory / PRIVATE_NAME, directory / PUBLIC_NAME
+    _refuse_in_build_context(private, "keygen")
+    if directory.is_symlink():
+        raise UsageError(f"{directory} is a symlink: keygen writes keys into a real folder only")
+    for path in (private, public):
+        if path.exists() or path.is_symlink():
+            raise UsageError(f"{path} exists (or is a link): keygen never overwrites a key; pick an empty folder or move it away")
+    password = _passphrase(passphrase_file, needed="keygen --encrypt needs a passphrase") if encrypt else None
+    directory.mkdir(parents=True, exist_ok=True)
+    signer = CryptoSigner.generate_ed25519()
+    key = serialization.load_pem_private_key(signer.private_bytes, password=None)
+    encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    _create(private, pem, 0o600)
+    _create(
+        public, key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644
+    )
+    return {"private": str(private), "public": str(public), "keyid": signer.public_key.keyid}
+
+
+def _envelope(signer, stmt: dict) -> bytes:
+    from securesystemslib.dsse import Envelope
+
+    envelope = Envelope(payload=encode(stmt), payload_type=PAYLOAD_TYPE, signatures={})
+    envelope.sign(signer)
+    return json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def serve(request: dict) -> dict:
+    """What the signer does with one request (the signer process's whole job)."""
+    op = request.get("op")
+    if op == "keygen":
+        return _keygen(Path(request["directory"]), bool(request.get("encrypt")), request.get("passphrase_file"))
+    signer = _load_private(Path(request["key"]), request.get("passphrase_file"))
+    keyid = signer.public_key.keyid
+    if op == "keyid":
+        return {"keyid": keyid}
+    if op == "sign":
+        envelopes = [base64.b64encode(_envelope(signer, stmt)).decode() for stmt in request["statements"]]
+        return {"keyid": keyid, "envelopes": envelopes}
+    raise UsageError(f"the signer does not know the request {op!r}")
+
+
+def main() -> int:
+    try:
+        answer = serve(json.loads(sys.stdin.read()))
     except PipelineError as err:
-        raise PushFailed(f"{ref}@{digest[:19]}… was pushed but its signed statements were not attached: {err}") from None
-    except Exception as err:  # requests' HTTP errors: the registry refused an upload
-        raise PushFailed(
-            f"{ref}@{digest[:19]}… was pushed but the registry refused its signed statements: {str(err).splitlines()[0][:200]}"
-        ) from None
-    kinds = [statements.kind_of(s["predicateType"]) for s in stmts]
-    print(f"==> signed {ref}@{digest[:19]}… with key {signer.key.keyid[:16]}…: {', '.join(str(k) for k in kinds)}", flush=True)
-    return {
-        "signed": True,
-        "keyid": signer.key.keyid,
-        "subject": digest,
-        "statements": {str(k): d["digest"] for k, d in zip(kinds, added, strict=True)},
-    }
+        answer = {"error": str(err), "usage": isinstance(err, UsageError)}
+    sys.stdout.write(json.dumps(answer))
+    return 0 if "error" not in answer else 2
 
 
-def attest_image(
-    signer: Signer,
-    client,
-    ref: str,
-    digest: str,
-    validation: dict,
-    image_id: str,
-    variant: Variant,
-    platform: str,
-    base_image: str,
-    sbom_path: Path,
-) -> dict:
-    try:
-        deps = dependencies(client, variant, platform, base_image, signer.facts.commit)
-        stmts = image_statements(signer, Subject(ref, digest), validation, image_id, deps, variant, platform, sbom_path)
-    except (OSError, ValueError) as err:  # the SBOM or a lock file missing or unreadable
-        raise PushFailed(
-            f"{ref}@{digest[:19]}… was pushed but its statements could not be made ({type(err).__name__}: {str(err)[:160]})"
-        ) from None
-    return sign_and_attach(signer, ref, digest, stmts)
-
-
-def attest_index(signer: Signer, ref: str, digest: str, variant: Variant, children: list[dict]) -> dict:
-    """An index's provenance and the combined test result of its children ({platform, digest, validation})."""
-    subject = Subject(ref, digest)
-    predicate = statements.index_test_result(ref, children, variant.flavor)
-    deps = [{"uri": f"{ref}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}} for c in children]
-    stmts = [
-        statements.statement(
-            "provenance", subject, provenance(signer, variant.name, ",".join(c["platform"] for c in children), deps)
-        ),
-        statements.statement("test-result", subject, predicate),
-    ]
-    return sign_and_attach(signer, ref, digest, stmts)
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ from pipeline import hostprocs
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, UsageError
 from pipeline.render import build_arg, dockerfile_path, stale_files
+from pipeline.validation import audit
 from pipeline.variants import AMD64, REPO_ROOT, Matrix, Variant, arch, pypi_alternatives
 
 _STEP = re.compile(r"^#\d+ \[[^\]]+\] ")
@@ -149,7 +150,7 @@ def build_image(
     platform: str = AMD64,
 ) -> BuildResult:
     """Run `docker build` for the variant on `platform`; return the untagged image ID."""
-    stale = stale_files(matrix, variants=[variant])
+    stale = stale_files(matrix, audit.disclosures([variant]), variants=[variant])
     if stale:
         raise UsageError(f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,11 @@ COMMANDS = {
     "advisories": "rewrite the audit's advisory snapshot in images/advisories/ from --from DIR|ZIP",
     "matrix": "build and prove every line this host can build, one after another, and write one summary table",
     "keygen": "make an ed25519 key pair in DIR to sign pushes with (DIR/proven-torch.key, 0600) and verify them (DIR/proven-torch.pub)",
-    "verify": "check a pushed image's signed statements: signatures, subjects, the proof's result, its image; one screen (exit 0 verified, 1 not)",
+    "verify": "check a pushed image's signed statements: signatures, subjects, one run's newest set, the proof's result, its image, "
+    "its tag and age; one screen (exit 0 verified, 1 not, 6 registry unreachable)",
+    "sign": "sign a pushed digest from its build's report, with a later proof (--proof) in place of the build's own: only a proof "
+    "that passed is signed (what the release does after its GPU proof)",
+    "withdraw": "delete a pushed digest whose proof failed, with every tag naming it and its statements (registries delete by digest)",
 }
 EPILOG = (
     "commands (python build.py COMMAND --help):\n"
@@ -62,8 +66,21 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--source": "where the records came from, written into the snapshot (default: %(default)s)",
     "--line": "only this line (repeat for several; default: every base line of the matrix)",
     "--keep": "keep each image after its proof (default: remove it, to free disk)",
-    "--sign-key": "with --push: sign each pushed digest's statements (provenance, SBOM, test result, benchmark, vulnerabilities, VEX) with this "
-    "private key (build.py keygen) and attach them in the registry; keep it outside the checkout (default: $PROVEN_TORCH_SIGN_KEY; none: unsigned)",
+    "--sign-key-passphrase-file": "a file holding the passphrase of an encrypted --sign-key (or of the key keygen --encrypt "
+    "writes); default: $PROVEN_TORCH_SIGN_KEY_PASSPHRASE. Never on the command line",
+    "--encrypt": "encrypt the private key with a passphrase, from --sign-key-passphrase-file or $PROVEN_TORCH_SIGN_KEY_PASSPHRASE",
+    "--expect-line": "fail unless the signed provenance names this line (e.g. 2.9-cu128): for references by digest, which name no tag",
+    "--max-age": "fail when the deciding statements were signed more than DAYS days ago (default: %(default)s, the age at which "
+    "advisory data counts as stale)",
+    "--timeout": "seconds for everything verify asks of the registry (default: %(default)s); past it: exit 6",
+    "--report": "the build's report.json (reports/<line>/<run>/report.json, with validation.json, facts.json and the SBOM beside it)",
+    "--proof": "proof.json of `proof --out DIR` run on that very digest: its test result and benchmark are signed instead of the build's; "
+    "refused unless it passed",
+    "--run-id": "the id this signing run's statements carry (default: a new one); e.g. the release workflow's run URL",
+    "signed_ref": "the pushed image by digest, HOST/REPO@sha256:<hex>",
+    "--sign-key": "the private key (build.py keygen's, outside the checkout) that signs each pushed digest's statements (provenance, SBOM, "
+    "test result, benchmark, vulnerabilities, VEX), attached in the registry; read only by the signer process (.venv-signer). build: "
+    "with --push (default: $PROVEN_TORCH_SIGN_KEY; none: unsigned); sign: required (default: $PROVEN_TORCH_SIGN_KEY)",
     "directory": "an empty folder for the new key pair, outside the checkout (e.g. ~/.config/proven-torch)",
     "image_ref": "the pushed image, HOST/REPO:TAG or HOST/REPO@sha256:<hex>; a multi-arch index: every child is checked",
     "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with",

@@ -86,3 +86,10 @@ def host_gpu_count() -> int:
         if result and result.returncode == 0:
             return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
     return 0
+
+
+def registry_security(client) -> dict[str, bool]:
+    """Registry host -> whether the Docker daemon speaks TLS to it (`docker info`'s IndexConfigs: what
+    daemon.json's insecure-registries made insecure)."""
+    configs = (client.info().get("RegistryConfig") or {}).get("IndexConfigs") or {}
+    return {str(name): bool(config.get("Secure", True)) for name, config in configs.items() if isinstance(config, dict)}

@@ -56,6 +56,15 @@ class NotVerified(PipelineError):
     exit_code = 1
 
 
+class RegistryDataRefused(NotVerified):
+    """What a registry sent cannot be read safely: too large, too deep, too many pages or referrers,
+    a link to another host, a digest that does not match, JSON of the wrong shape. Exit 1, like any
+    other reason not to verify; the line starts "registry data refused"."""
+
+    def __init__(self, message: str):
+        super().__init__(f"registry data refused: {message}")
+
+
 class RegistryUnreachable(PipelineError):
     """`build.py verify`: the registry could not be reached or would not answer."""
 
@@ -65,7 +74,7 @@ class RegistryUnreachable(PipelineError):
 class Interrupted(PipelineError):
     """Ctrl-C: the running step and its processes were stopped. The message names the step
     (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.run,
-    pipeline.matrix: only they know)."""
+    pipeline.all_lines: only they know)."""
 
     exit_code = 130
 

@@ -8,7 +8,7 @@ talk to the daemon through the SDK (containers, pushes) wrap themselves in `step
 
 A step names only itself ("interrupted during docker build"); what the run had
 already tagged or pushed is added by the run (pipeline.run.interrupted) or the
-matrix (pipeline.matrix), the only places that know it.
+matrix (pipeline.all_lines), the only places that know it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ DEADLINES: dict[str, float] = {
     "uv pip compile": 600,
     "git": 10,
     "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
+    # Not host commands, but waits of the pipeline all the same (pipeline.registry):
+    "verify": 30,  # everything one `build.py verify` asks of registries (--timeout)
+    "registry request": 30,  # one registry request, to connect or to send its next bytes
 }
 GRACE_S = 10.0  # between SIGTERM and SIGKILL
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pipeline import hostprocs
 from pipeline.errors import PushFailed
+from pipeline.registry import parse_ref
 from pipeline.variants import PLATFORMS, arch
 
 
@@ -67,9 +68,8 @@ def _docker(args: list[str], what: str) -> str:
 
 
 def _insecure(ref: str) -> list[str]:
-    """A registry on this machine speaks plain HTTP (Docker treats 127.0.0.0/8 as insecure; its CLI needs telling)."""
-    host = ref.split("/", 1)[0]
-    return ["--insecure"] if host.startswith(("localhost", "127.")) else []
+    """A registry written as loopback speaks plain HTTP (pipeline.registry's one rule; the CLI needs telling)."""
+    return ["--insecure"] if parse_ref(f"{ref}:x").loopback else []
 
 
 def check_child(child: Child) -> None:

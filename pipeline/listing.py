@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-from pathlib import Path
 
 from common.rules import carried_text
-from pipeline.errors import UsageError
-from pipeline.render import WHOLE_LOCK, AdvisoryInputs, advisories_section, every_variant
+from pipeline.errors import PipelineError, UsageError
+from pipeline.render import every_variant
 from pipeline.variants import Matrix, Variant, arch
 
 
 def carried_advisories(matrix: Matrix) -> dict[str, dict]:
-    """Per variant: every known advisory it carries, whole lock (the snapshot and allowlist's view)."""
-    inputs = AdvisoryInputs.load()
-    return {v.name: advisories_section(v, inputs) for v in every_variant(matrix)}
+    """Per variant: every known advisory it carries, whole lock (the snapshot and allowlist's view).
+    The audit (cvss, packaging) is imported here: `list --json`, `--default`, `--pin` run on bare python3."""
+    from pipeline.validation import audit
+
+    return audit.disclosures(every_variant(matrix))
 
 
 def _listed(matrix: Matrix) -> list[Variant]:
@@ -77,16 +77,16 @@ def variant_table_text(matrix: Matrix) -> str:
 
 def signing_line() -> str:
     """Whether this host's pushes are signed: PROVEN_TORCH_SIGN_KEY names a key, or they are unsigned."""
-    path = os.environ.get("PROVEN_TORCH_SIGN_KEY", "").strip()
-    if not path:
+    from pipeline import attest
+
+    source = attest.key_source(None)
+    if source is None:
         return (
             "signing: unsigned (pushes carry no signed statements; build.py keygen DIR, then --sign-key or PROVEN_TORCH_SIGN_KEY)"
         )
-    from pipeline.signing import load_signing_key  # cryptography: only when a key is named
-
     try:
-        return f"signing: pushes are signed with key {load_signing_key(Path(path)).keyid[:16]}… (PROVEN_TORCH_SIGN_KEY)"
-    except UsageError as err:
+        return f"signing: pushes are signed with key {attest.check_key(source)[:16]}… (PROVEN_TORCH_SIGN_KEY, read by the signer)"
+    except PipelineError as err:
         return f"signing: unsigned: PROVEN_TORCH_SIGN_KEY is set but unusable: {err}"
 
 
@@ -97,14 +97,20 @@ def _arches(variant: Variant) -> str:
 
 def _source(variant: Variant, section: dict) -> str:
     """Where the line's wheels come from, and whether a hash lock is committed for it."""
-    locked = section["audited"] == WHOLE_LOCK
+    locked = _whole_lock(section)
     return f"{variant.builds_from}, {'hash-locked' if locked else 'no committed lock (pins)'}"
 
 
 def _scoped(section: dict) -> str:
     """What a line carries, marked where only its pins were audited (no committed lock)."""
     text = carried_text(section)
-    return text if section["audited"] == WHOLE_LOCK else f"{text} (pins only: no committed lock)"
+    return text if _whole_lock(section) else f"{text} (pins only: no committed lock)"
+
+
+def _whole_lock(section: dict) -> bool:
+    from pipeline.validation.audit import WHOLE_LOCK  # with the audit: only the table paths need it
+
+    return section["audited"] == WHOLE_LOCK
 
 
 def matrix_json(matrix: Matrix) -> str:

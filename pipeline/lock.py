@@ -38,7 +38,7 @@ from pathlib import Path
 from common.rules import normalize_name
 from pipeline import hostprocs
 from pipeline.errors import BuildFailed, UsageError
-from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, arch, resolve
+from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
 GLIBC = "manylinux_2_36"  # Debian bookworm's glibc 2.36: every manylinux tag up to it is accepted
@@ -248,24 +248,6 @@ def check_locks(matrix: Matrix) -> int:
         raise UsageError(
             f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"
         )
-    return 0
-
-
-def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | None) -> int:
-    """`build.py lock --cuda ...`: resolve the line once per platform and write its lock, then render again (the
-    Dockerfiles and specs follow the lock); prints each step and each file written as it goes."""
-    from pipeline.render import render_all, wrote  # render imports this module
-
-    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
-    for platform in variant.platforms:
-        print(f"==> resolving {variant.name} for {platform} with uv against {variant.index}", flush=True)
-        for line in wrote(write_lock(matrix, variant, compile_lock(matrix, variant, platform), platform=platform)):
-            print(line)
-    for line in wrote(render_all(matrix)):
-        print(line)
-    for override in variant.overrides:
-        if override.package:
-            print(override_news(override, pypi_requires(override.package)), flush=True)
     return 0
 
 

@@ -1,78 +1,490 @@
-"""The registry client, over its HTTP API (the Docker Registry v2 / OCI distribution API):
-what a pushed tag weighs, and the SBOM attached to a pushed image."""
+"""The one registry client: every HTTP request the project makes to a registry (the Docker Registry
+v2 / OCI distribution API) goes through `Registry`, and every push path asks `plain_http_refusal`
+before it lets Docker or skopeo speak to a registry.
+
+What crosses this boundary is untrusted, so everything here is bounded and fails closed:
+- one loopback rule (`ImageRef.loopback`): plain HTTP only for localhost and literal loopback
+  addresses; a name that merely resolves to one (127.evil.example) is refused for pushes;
+- one auth rule: a login from ~/.docker/config.json answers only a 401 that came from the
+  registry's own host, and goes to the token service that host names (as Docker does, so Docker
+  Hub's auth.docker.io works); a redirect or a `next` link to another host never carries it;
+- caps on every body (after decompression), on JSON depth, on referrers pages and entries, and
+  one deadline for a whole command (`Deadline`); a violation is RegistryDataRefused ("registry
+  data refused: ...", exit 1) or RegistryUnreachable (exit 6), never a traceback.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import ipaddress
 import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlparse
 
 import requests
+import urllib3
+
+from pipeline.errors import RegistryDataRefused, RegistryUnreachable, UsageError
+from pipeline.hostprocs import DEADLINES
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+ACCEPT = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
+MANIFEST_TYPES = f"{DOCKER_MANIFEST}, {OCI_MANIFEST}"
+INDEXES = (OCI_INDEX, DOCKER_LIST)
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+# The bounds on what a registry may send (docs/supply-chain.md, "Threats").
+MAX_MANIFEST = 4 * 2**20  # bytes of a manifest, an index or one referrers page, decompressed
+MAX_ENVELOPE = 16 * 2**20  # a signed statement (the SBOM's, the largest, is about 2 MB)
+MAX_PAGES = 16  # referrers pages followed for one subject
+MAX_REFERRERS = 200  # entries listed for one subject (Kyverno refuses an image past 50)
+MAX_DEPTH = 64  # nesting of any JSON read (the project's own statements nest about 10 deep)
+DEFAULT_DEADLINE = DEADLINES["verify"]  # seconds for a whole verify (build.py verify --timeout)
+REQUEST_TIMEOUT = DEADLINES["registry request"]  # seconds for one request to connect or to send its next bytes
+CHUNK = 8192  # bytes read at a time: a compressed chunk cannot grow past the cap by much
+
+_REF = re.compile(
+    r"^(?:(?P<host>[^/]+\.[^/]+|[^/]+:\d+|localhost)/)?(?P<repo>[a-z0-9][a-z0-9._/-]*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
 
 
-def registry_api(ref: str) -> tuple[str, str] | None:
-    """(base URL of the registry's v2 API, repository) for a ref, or None for Docker Hub names."""
-    registry, _, repo = ref.partition("/")
-    if not repo or "." not in registry and ":" not in registry and registry != "localhost":
+class Deadline:
+    """One deadline for everything a command asks of registries; each request gets what is left."""
+
+    def __init__(self, seconds: float = DEFAULT_DEADLINE):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self, what: str) -> float:
+        remaining = self.end - time.monotonic()
+        if remaining <= 0:
+            raise RegistryUnreachable(
+                f"{what}: the registry did not finish answering within {self.seconds:g} s; "
+                "it is slow or holding the connection (raise --timeout if it is only slow)"
+            )
+        return remaining
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    host: str
+    repo: str
+    reference: str  # a tag or a digest
+
+    @property
+    def hostname(self) -> str:
+        """The host without its port ('::1' for '[::1]:5000')."""
+        if self.host.startswith("["):
+            return self.host[1:].split("]")[0]
+        return self.host.rsplit(":", 1)[0] if self.host.count(":") == 1 else self.host
+
+    @property
+    def loopback(self) -> bool:
+        """A registry on this machine, written as one: localhost or a literal loopback address. The one
+        place plain HTTP is allowed (Docker allows it for 127.0.0.0/8 too); a name that resolves to a
+        loopback address is not one (plain_http_refusal refuses it for pushes)."""
+        if self.hostname == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.hostname).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.loopback else "https"
+
+    @property
+    def base(self) -> str:
+        host = "registry-1.docker.io" if self.host == "docker.io" else self.host
+        return f"{self.scheme}://{host}/v2"
+
+    @property
+    def name(self) -> str:
+        """The repository as statements name it (host/repo)."""
+        return f"{self.host}/{self.repo}"
+
+    @property
+    def is_digest(self) -> bool:
+        return self.reference.startswith("sha256:")
+
+    def __str__(self) -> str:
+        return f"{self.name}{'@' if self.is_digest else ':'}{self.reference}"
+
+
+def parse_ref(text: str) -> ImageRef:
+    """HOST/REPO:TAG or HOST/REPO@sha256:…; Docker Hub names as docker pull reads them."""
+    match = _REF.match(text.strip())
+    if not match:
+        raise UsageError(f"{text!r} is not an image reference; write HOST/REPO:TAG or HOST/REPO@sha256:<hex>")
+    host, repo = match["host"] or "docker.io", match["repo"]
+    if host == "docker.io" and "/" not in repo:
+        repo = f"library/{repo}"
+    return ImageRef(host, repo, match["digest"] or match["tag"] or "latest")
+
+
+def plain_http_refusal(host: str, insecure: dict[str, bool] | None = None) -> str | None:
+    """Why a push to `host` would leave TLS behind, or None. Docker pushes without TLS verification to
+    any registry whose address resolves into 127.0.0.0/8 or that its daemon.json lists as insecure; only
+    a registry written as loopback (localhost, 127.0.0.1, [::1]) may be spoken to that way.
+    `insecure`: Docker's own view, host -> secure (docker_env.registry_security)."""
+    ref = ImageRef(host, "x", "x")
+    if ref.loopback:
         return None
-    scheme = "http" if registry.startswith(("localhost", "127.")) else "https"
-    return f"{scheme}://{registry}/v2", repo
+    if insecure is not None and insecure.get(host) is False:
+        return f"the Docker daemon lists {host} as an insecure registry (daemon.json), so it would push there without TLS"
+    try:
+        infos = socket.getaddrinfo(ref.hostname, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return None  # does not resolve: the push fails on its own, over nothing
+    loopback = sorted({info[4][0] for info in infos if ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback})
+    if loopback:
+        return (
+            f"{host} is not written as a loopback address but resolves to {', '.join(loopback)}, so Docker would "
+            f"push to it without TLS; write the registry as 127.0.0.1:PORT or localhost:PORT"
+        )
+    return None
 
 
-MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+def parse_json(data: bytes, what: str) -> Any:
+    """JSON from a registry, nested at most MAX_DEPTH deep; RegistryDataRefused otherwise."""
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise RegistryDataRefused(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        raise RegistryDataRefused(f"{what} is not JSON") from None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RegistryDataRefused(f"{what} is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return value
+
+
+def as_dict(data: bytes, what: str) -> dict:
+    """JSON that must be an object."""
+    value = parse_json(data, what)
+    if not isinstance(value, dict):
+        raise RegistryDataRefused(f"{what} is not a JSON object")
+    return value
+
+
+def descriptors(value: Any, what: str) -> list[dict]:
+    """An index's `manifests`: a list of descriptors, each with a sha256 digest."""
+    if not isinstance(value, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("digest"), str) and DIGEST.fullmatch(d["digest"]) for d in value
+    ):
+        raise RegistryDataRefused(f"{what} does not list descriptors with sha256 digests")
+    return value
+
+
+def _docker_login(host: str) -> tuple[str, str] | None:
+    """user and password from ~/.docker/config.json's `auths` (what `docker login` writes without a helper)."""
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        auths = json.loads(path.read_text()).get("auths", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    entry = (
+        auths.get(host)
+        or auths.get(f"https://{host}")
+        or (auths.get("https://index.docker.io/v1/") if host == "docker.io" else None)
+    )
+    if not isinstance(entry, dict) or not entry.get("auth"):
+        return None
+    try:
+        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError, TypeError):
+        return None
+    return user, password
+
+
+def _netloc(url: str) -> str:
+    return urlparse(url).netloc.lower()
+
+
+class Registry:
+    """One repository's side of the distribution API: bounded reads, the bearer-token dance where
+    asked, uploads. `deadline` bounds everything this client does (None: each request its own timeout)."""
+
+    def __init__(self, ref: ImageRef, deadline: Deadline | None = None):
+        self.ref = ref
+        self.deadline = deadline
+        self.session = requests.Session()
+        self.session.trust_env = False  # no proxy or .netrc credentials from the environment: the login below only
+        self.authorization: str | None = None  # sent to this registry's host only
+        self.login_problem = ""
+
+    @property
+    def own(self) -> str:
+        return _netloc(self.ref.base)
+
+    def _url(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else f"{self.ref.base}/{self.ref.repo}/{path}"
+
+    def _timeout(self, what: str) -> float:
+        return min(REQUEST_TIMEOUT, self.deadline.left(what)) if self.deadline else REQUEST_TIMEOUT
+
+    def _send(self, method: str, url: str, what: str, kwargs: dict) -> requests.Response:
+        headers = {"Accept-Encoding": "identity", **(kwargs.pop("headers", None) or {})}
+        if self.authorization and _netloc(url) == self.own:
+            headers["Authorization"] = self.authorization
+        kwargs.setdefault("timeout", self._timeout(what))
+        # requests drops Authorization when a redirect leaves the host (Session.rebuild_auth)
+        return self.session.request(method, url, headers=headers, allow_redirects=method in ("GET", "HEAD"), **kwargs)
+
+    def request(self, method: str, path: str, what: str = "", **kwargs) -> requests.Response:
+        url = self._url(path)
+        what = what or f"{method} {urlparse(url).path}"
+        try:
+            resp = self._send(method, url, what, dict(kwargs))
+            challenge = resp.headers.get("WWW-Authenticate", "")
+            if resp.status_code == 401 and not self.authorization and challenge:
+                if _netloc(resp.url) != self.own:  # a redirect elsewhere asks for a login: never ours to give
+                    self.login_problem = f"{_netloc(resp.url)}, not the registry, asked for a login; none was sent"
+                else:
+                    self._login(challenge, method not in ("GET", "HEAD"), what)
+                    if self.authorization:
+                        resp.close()
+                        resp = self._send(method, url, what, dict(kwargs))
+        except requests.RequestException as err:
+            raise RegistryUnreachable(
+                f"cannot reach the registry {self.ref.host}: {str(err).splitlines()[0][:160]}; is it running, and is the name right?"
+            ) from None
+        return resp
+
+    def _login(self, challenge: str, push: bool, what: str) -> None:
+        """Answer a Basic or Bearer challenge of this registry's own host with ~/.docker/config.json's login
+        for this host (or none: anonymous)."""
+        login = _docker_login(self.ref.host)
+        if challenge.lower().startswith("basic"):
+            if login:
+                self.authorization = "Basic " + base64.b64encode(":".join(login).encode()).decode()
+            else:
+                self.login_problem = "it asks for a login; `docker login` first (credential helpers are not read)"
+            return
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = fields.get("realm", "")
+        plain_ok = realm.startswith("http://") and ImageRef(_netloc(realm), "x", "x").loopback and self.ref.loopback
+        if not realm.startswith("https://") and not plain_ok:
+            self.login_problem = f"its token service {realm[:80]!r} is not https, so no credentials were sent"
+            return
+        scope = f"repository:{self.ref.repo}:pull" + (",push" if push else "")
+        token = self.session.get(
+            realm,
+            params={"service": fields.get("service", ""), "scope": scope},
+            auth=login,
+            timeout=self._timeout(what),
+            allow_redirects=False,  # the credentials go to the realm the registry named, nowhere else
+        )
+        with token:
+            body = _bounded(token, MAX_MANIFEST, "the token service's answer", self.deadline) if token.ok else b""
+        value = None
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+            value = (parsed.get("token") or parsed.get("access_token")) if isinstance(parsed, dict) else None
+        if isinstance(value, str) and value:
+            self.authorization = f"Bearer {value}"
+        else:
+            self.login_problem = f"its token service answered {token.status_code}" + (
+                ""
+                if login
+                else " (no login for it in ~/.docker/config.json: `docker login` first; credential helpers are not read)"
+            )
+
+    def refused(self, resp: requests.Response, what: str) -> RegistryUnreachable:
+        why = f": {self.login_problem}" if self.login_problem else ""
+        return RegistryUnreachable(f"the registry {self.ref.host} answered {resp.status_code} for {what}{why}")
+
+    def _get(self, path: str, limit: int, what: str, headers: dict | None = None) -> tuple[requests.Response, bytes] | None:
+        """GET a body of at most `limit` bytes (decompressed); None on 404."""
+        resp = self.request("GET", path, what, headers=headers or {}, stream=True)
+        with resp:
+            if resp.status_code == 404:
+                return None
+            if not resp.ok:
+                raise self.refused(resp, what)
+            return resp, _bounded(resp, limit, what, self.deadline)
+
+    # ------------------------------------------------------------------ reading
+
+    def manifest(self, reference: str) -> tuple[bytes, str, str] | None:
+        """(bytes, media type, digest) of a manifest, or None when the registry has none by that name.
+        The media type is the body's own (`mediaType`, else an index by its `manifests`), not a header's."""
+        what = f"the manifest {self.ref.repo}:{reference[:19]}"
+        got = self._get(f"manifests/{reference}", MAX_MANIFEST, what, {"Accept": ACCEPT})
+        if got is None:
+            return None
+        data = got[1]
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if reference.startswith("sha256:") and digest != reference:
+            raise RegistryDataRefused(f"the registry sent a manifest whose digest is {digest}, not the {reference} asked for")
+        body = as_dict(data, what)
+        media = body.get("mediaType")
+        if not isinstance(media, str) or not media:
+            media = OCI_INDEX if "manifests" in body else OCI_MANIFEST
+        return data, media, digest
+
+    def blob(self, digest: str, limit: int = MAX_ENVELOPE) -> bytes:
+        what = f"the blob {digest[:19]}…"
+        got = self._get(f"blobs/{digest}", limit, what)
+        if got is None:
+            raise RegistryDataRefused(f"the registry has no blob {digest[:19]}…")
+        if "sha256:" + hashlib.sha256(got[1]).hexdigest() != digest:
+            raise RegistryDataRefused(f"the registry's blob {digest[:19]}… does not match its digest")
+        return got[1]
+
+    def referrers(self, digest: str) -> list[dict]:
+        """Descriptors of the artifacts whose subject is `digest`: the referrers API (each page, at most
+        MAX_PAGES, none twice, none on another host), or where the registry has none (it answers 404, 400
+        or 405, or not with an index), the tag schema's index. At most MAX_REFERRERS entries."""
+        found: list[dict] = []
+        url = self._url(f"referrers/{digest}")
+        seen: set[str] = set()
+        while url:
+            if url in seen:
+                raise RegistryDataRefused(f"the referrers pages of {digest[:19]}… link back to a page already read")
+            if len(seen) == MAX_PAGES:
+                raise RegistryDataRefused(f"the referrers of {digest[:19]}… run past {MAX_PAGES} pages")
+            if _netloc(url) != self.own or urlparse(url).scheme != self.ref.scheme:
+                raise RegistryDataRefused(f"a referrers page of {digest[:19]}… links to {_netloc(url)}, another host")
+            seen.add(url)
+            what = f"the referrers of {digest[:19]}…"
+            resp = self.request("GET", url, what, headers={"Accept": OCI_INDEX}, stream=True)
+            with resp:
+                api = resp.ok and resp.headers.get("Content-Type", "").startswith(OCI_INDEX)
+                if not api and (resp.status_code in (400, 404, 405) or resp.ok):
+                    if found:
+                        break
+                    return self._tagged_referrers(digest)
+                if not resp.ok:
+                    raise self.refused(resp, what)
+                page = _bounded(resp, MAX_MANIFEST, what, self.deadline)
+                following = resp.links.get("next", {}).get("url")
+                here = resp.url
+            found += descriptors(as_dict(page, "the referrers list").get("manifests", []), "the referrers list")
+            if len(found) > MAX_REFERRERS:
+                raise RegistryDataRefused(f"{digest[:19]}… has more than {MAX_REFERRERS} referrers")
+            url = urljoin(here, following) if following else ""
+        return found
+
+    def _tagged_referrers(self, digest: str) -> list[dict]:
+        tagged = self.manifest(fallback_tag(digest))
+        if tagged is None:
+            return []
+        listed = descriptors(as_dict(tagged[0], "the referrers tag").get("manifests"), "the referrers tag")
+        if len(listed) > MAX_REFERRERS:
+            raise RegistryDataRefused(f"{digest[:19]}… has more than {MAX_REFERRERS} referrers")
+        return listed
+
+    # ------------------------------------------------------------------ writing
+
+    def upload(self, data: bytes) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.request("HEAD", f"blobs/{digest}").ok:
+            return {"digest": digest, "size": len(data)}
+        start = self.request("POST", "blobs/uploads/")
+        start.raise_for_status()
+        location = start.headers["Location"]
+        if location.startswith("/"):
+            location = self.ref.base.rsplit("/v2", 1)[0] + location
+        if _netloc(location) != self.own:
+            raise RegistryDataRefused(f"the registry sent the upload to {_netloc(location)}, another host")
+        sep = "&" if "?" in location else "?"
+        put = self.request(
+            "PUT", f"{location}{sep}digest={digest}", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=300
+        )
+        put.raise_for_status()
+        return {"digest": digest, "size": len(data)}
+
+    def put_manifest(self, reference: str, body: bytes, media_type: str) -> requests.Response:
+        put = self.request("PUT", f"manifests/{reference}", data=body, headers={"Content-Type": media_type})
+        put.raise_for_status()
+        return put
+
+    def delete_manifest(self, digest: str) -> requests.Response:
+        """DELETE a manifest by digest (registries delete by digest: every tag naming it goes with it)."""
+        return self.request("DELETE", f"manifests/{digest}")
+
+
+def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:
+    """The body, decompressed, at most `limit` bytes, read within the deadline: each read returns what one
+    receive gave (read1), and waits at most what is left of the deadline, so a server that drips its
+    answer byte by byte is cut off on time."""
+    data = bytearray()
+    sock = getattr(getattr(resp.raw, "connection", None), "sock", None)
+    while True:
+        if deadline and sock is not None:
+            sock.settimeout(max(0.05, min(REQUEST_TIMEOUT, deadline.left(what))))
+        try:
+            chunk = resp.raw.read1(CHUNK, decode_content=True)
+        except (OSError, urllib3.exceptions.HTTPError) as err:
+            if deadline:
+                deadline.left(what)  # the deadline passed mid-read: say that, not the socket's words
+            raise RegistryUnreachable(f"{what}: the answer broke off ({type(err).__name__})") from None
+        if not chunk:
+            return bytes(data)
+        data += chunk
+        if len(data) > limit:
+            raise RegistryDataRefused(f"{what} is larger than {limit // 2**20} MiB")
+
+
+def fallback_tag(digest: str) -> str:
+    """The referrers tag schema's tag for a subject: sha256-<hex>."""
+    return digest.replace(":", "-")
+
+
+# --------------------------------------------------------------------------- after a push
 
 
 def compressed_bytes(ref: str, tag: str) -> int | None:
-    """Sum of the pushed layers' compressed sizes, read from the registry's manifest.
-
-    Best effort: registries that need a login answer 401 here and give None.
-    """
-    api = registry_api(ref)
-    if api is None:
-        return None
-    base, repo = api
+    """Sum of the pushed layers' compressed sizes, from the registry's manifest; None where it cannot be read."""
+    registry = Registry(parse_ref(f"{ref}:{tag}"))
     try:
-        resp = requests.get(f"{base}/{repo}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
-        resp.raise_for_status()
-        return sum(int(layer["size"]) for layer in resp.json()["layers"])
-    except (requests.RequestException, KeyError, ValueError):
+        found = registry.manifest(tag)
+        layers = as_dict(found[0], "the manifest").get("layers") if found else None
+        return sum(int(layer["size"]) for layer in layers) if isinstance(layers, list) else None
+    except (RegistryDataRefused, RegistryUnreachable, KeyError, TypeError, ValueError):
         return None
 
 
-def _upload_blob(base: str, repo: str, data: bytes) -> dict:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    start = requests.post(f"{base}/{repo}/blobs/uploads/", timeout=30)
-    start.raise_for_status()
-    location = start.headers["Location"]
-    if location.startswith("/"):
-        location = base.rsplit("/v2", 1)[0] + location
-    sep = "&" if "?" in location else "?"
-    put = requests.put(
-        f"{location}{sep}digest={digest}", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=300
-    )
-    put.raise_for_status()
-    return {"digest": digest, "size": len(data)}
-
-
-def push_sbom(ref: str, image_tag: str, image_digest: str, sbom_path) -> dict:
-    """Attach the SBOM to the pushed image as an OCI artifact (tag sha256-<hex>.sbom, `subject` = the image).
-
-    Best effort, as the issue asks ("where the registry accepts it"): the result says
-    where it went or why not; it never fails a validated push.
-    """
-    api = registry_api(ref)
-    if api is None:
-        return {"pushed": False, "reason": "Docker Hub names need a login; attach it with oras or cosign"}
-    base, repo = api
+def push_sbom(ref: str, image_digest: str, sbom_path: Path) -> dict:
+    """Attach the SBOM to the pushed image as an unsigned OCI artifact (tag sha256-<hex>.sbom, `subject` =
+    the image): what an unsigned push does. Best effort: the result says where it went or why not; it
+    never fails a validated push."""
+    registry = Registry(parse_ref(f"{ref}@{image_digest}"))
     try:
-        image = requests.get(f"{base}/{repo}/manifests/{image_tag}", headers={"Accept": MANIFEST_TYPES}, timeout=30)
-        image.raise_for_status()
-        empty = _upload_blob(base, repo, b"{}")
-        layer = _upload_blob(base, repo, sbom_path.read_bytes())
+        found = registry.manifest(image_digest)
+        if found is None:
+            return {"pushed": False, "reason": f"the registry has no {image_digest}"}
+        empty = registry.upload(b"{}")
+        layer = registry.upload(sbom_path.read_bytes())
         manifest = {
             "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "mediaType": OCI_MANIFEST,
             "artifactType": "application/vnd.cyclonedx+json",
-            "config": {"mediaType": "application/vnd.oci.empty.v1+json", **empty},
+            "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
             "layers": [
                 {
                     "mediaType": "application/vnd.cyclonedx+json",
@@ -80,21 +492,11 @@ def push_sbom(ref: str, image_tag: str, image_digest: str, sbom_path) -> dict:
                     "annotations": {"org.opencontainers.image.title": sbom_path.name},
                 }
             ],
-            "subject": {
-                "mediaType": image.headers.get("Content-Type", "application/vnd.docker.distribution.manifest.v2+json"),
-                "digest": image_digest,
-                "size": len(image.content),
-            },
+            "subject": {"mediaType": found[1], "digest": image_digest, "size": len(found[0])},
         }
-        tag = image_digest.replace(":", "-") + ".sbom"
-        put = requests.put(
-            f"{base}/{repo}/manifests/{tag}",
-            data=json.dumps(manifest).encode(),
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
-            timeout=60,
-        )
-        put.raise_for_status()
-    except (requests.RequestException, KeyError, OSError) as err:
+        tag = fallback_tag(image_digest) + ".sbom"
+        put = registry.put_manifest(tag, json.dumps(manifest).encode(), OCI_MANIFEST)
+    except (requests.RequestException, RegistryDataRefused, RegistryUnreachable, KeyError, OSError) as err:
         return {"pushed": False, "reason": str(err).splitlines()[0][:200]}
     print(f"==> SBOM pushed as {ref}:{tag}", flush=True)
     return {"pushed": True, "ref": f"{ref}:{tag}", "digest": put.headers.get("Docker-Content-Digest")}

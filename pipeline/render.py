@@ -12,20 +12,13 @@ the template and the matrix make now (CI runs it).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pipeline.errors import UsageError
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
 from pipeline.variants import REPO_ROOT, Matrix, Variant, cuda_tag
-
-if TYPE_CHECKING:
-    from pipeline.validation.advisories import Database
 
 TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.template"
 FLAVOR_TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.flavor.template"  # a flavor: FROM its base image, one layer more
@@ -148,52 +141,16 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
     return root / "images" / "expect" / f"{variant.name}.json"
 
 
-@dataclass(frozen=True)
-class AdvisoryInputs:
-    """The committed advisory snapshot and allowlist, read once for all the variants rendered."""
-
-    database: Database
-    allowlist: list
-
-    @classmethod
-    def load(cls) -> AdvisoryInputs:
-        from pipeline.validation import advisories, audit
-
-        return cls(advisories.load_snapshot(), audit.load_allowlist())
+def render_spec(variant: Variant, advisories: dict) -> str:
+    """The variant's spec, with `advisories`: what the line carries (audit.disclosure's section)."""
+    return json.dumps({**variant.spec(), "advisories": advisories}, indent=2, sort_keys=True) + "\n"
 
 
-WHOLE_LOCK = "the whole lock"  # the spec's "audited" where the line's committed lock was audited
-
-
-def advisories_section(variant: Variant, inputs: AdvisoryInputs) -> dict:
-    """Every known advisory the line carries, by the committed snapshot and allowlist: the build
-    gate's audit over the line's whole lock (its pins where it has no committed lock)."""
-    from pipeline.validation import audit
-
-    database = inputs.database
-    # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
-    # so the rendered file does not change with the date (the build's audit applies it).
-    rows = audit.carried(variant, database.records, inputs.allowlist, today=dt.date.min)
-    keep = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
-    _, audited = audit.audited_packages(variant)
-    return {
-        "audited": WHOLE_LOCK if audited == "lock" else "the pins only (no committed lock)",
-        "database": database.source,
-        "as_of": database.as_of.isoformat() if database.as_of else None,
-        "summary": audit.carried_summary(rows),
-        "carried": [{k: row.get(k) for k in keep} for row in rows],
-    }
-
-
-def render_spec(variant: Variant, inputs: AdvisoryInputs) -> str:
-    return json.dumps({**variant.spec(), "advisories": advisories_section(variant, inputs)}, indent=2, sort_keys=True) + "\n"
-
-
-def rendered_files(matrix: Matrix, variant: Variant, inputs: AdvisoryInputs) -> dict[Path, str]:
+def rendered_files(matrix: Matrix, variant: Variant, advisories: dict) -> dict[Path, str]:
     """Every file `render` writes for a variant, relative to the repository root: its Dockerfile and its spec."""
     return {
         dockerfile_path(variant, Path()): render(matrix, variant),
-        spec_path(variant, Path()): render_spec(variant, inputs),
+        spec_path(variant, Path()): render_spec(variant, advisories),
     }
 
 
@@ -268,11 +225,12 @@ def every_variant(matrix: Matrix) -> list[Variant]:
     return [*matrix.variants, *matrix.flavored_variants()]
 
 
-def render_all(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
-    """Write every variant's Dockerfile and spec; return the paths written."""
-    written, inputs = [], AdvisoryInputs.load()
+def render_all(matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT) -> list[Path]:
+    """Write every variant's Dockerfile and spec (`disclosures`: variant name -> its advisories section,
+    audit.disclosures); return the paths written."""
+    written = []
     for variant in every_variant(matrix):
-        for rel, text in rendered_files(matrix, variant, inputs).items():
+        for rel, text in rendered_files(matrix, variant, disclosures[variant.name]).items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -280,11 +238,13 @@ def render_all(matrix: Matrix, root: Path = REPO_ROOT) -> list[Path]:
     return written
 
 
-def stale_files(matrix: Matrix, root: Path = REPO_ROOT, variants: list[Variant] | None = None) -> list[Path]:
+def stale_files(
+    matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT, variants: list[Variant] | None = None
+) -> list[Path]:
     """The committed generated files that differ from a fresh render (or are missing)."""
-    stale, inputs = [], AdvisoryInputs.load()
+    stale = []
     for variant in variants or every_variant(matrix):
-        for rel, text in rendered_files(matrix, variant, inputs).items():
+        for rel, text in rendered_files(matrix, variant, disclosures[variant.name]).items():
             path = root / rel
             if not path.exists() or path.read_text() != text:
                 stale.append(path)
@@ -294,15 +254,3 @@ def stale_files(matrix: Matrix, root: Path = REPO_ROOT, variants: list[Variant] 
 def wrote(paths: Iterable[Path]) -> list[str]:
     """'wrote images/...': one line per file written, named from the repository's root."""
     return [f"wrote {path.relative_to(REPO_ROOT)}" for path in paths]
-
-
-def render_or_check(matrix: Matrix, check: bool) -> list[str]:
-    """`build.py render`: write every Dockerfile and spec, or with `check` write nothing and raise
-    UsageError naming the committed files that are stale; the lines to print."""
-    if not check:
-        return wrote(render_all(matrix))
-    stale = stale_files(matrix)
-    if stale:
-        names = ", ".join(p.name for p in stale)
-        raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
-    return [f"Dockerfiles and specs up to date ({len(matrix.variants)} variants)"]

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.html_report import write_page
-from pipeline.validate import Validation
+from pipeline.validation.gate import Validation
 from pipeline.variants import Variant
 
 

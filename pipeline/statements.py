@@ -1,6 +1,13 @@
 """What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test
-result, benchmark, vulnerabilities and the VEX of accepted advisories. Pure functions of what
-the run already knows; signing is pipeline/signing.py, the registry side pipeline/referrers.py.
+result, benchmark, vulnerabilities and the VEX of accepted advisories. Pure functions, both ways:
+writing them from what the run knows, and reading signed ones back into typed records
+(`read_statement`) for `verify`. Signing is pipeline/attest.py, the registry side
+pipeline/referrers.py. Standard library only: a GPU runner without the host venv writes
+predicates with it (scripts/predicates-from-report.py).
+
+Every statement's subject carries, inside the signed payload, the run it belongs to and when it
+was signed (RUN_ANNOTATION, SIGNED_ANNOTATION): `verify` orders by that time and takes one run's
+statements together, never an unsigned annotation of the registry's.
 
 The predicate types and the fields `verify` and the cluster policies (deploy/) read are named
 here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.
@@ -8,11 +15,16 @@ here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from common.rules import CHECK_NEEDS_GPU
+from pipeline.errors import RegistryDataRefused
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of an in-toto statement
@@ -39,16 +51,30 @@ GATE_TEST = "ppo-gate"
 GPU_TESTS = tuple(f"smoke/{name}" for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu) + (f"{GATE_TEST}/cuda",)
 
 
+# In each statement's subject (an in-toto ResourceDescriptor's `annotations`), signed with it.
+RUN_ANNOTATION = "proven-torch.dev/run"  # the run the statement belongs to: one build.py push or one release signing
+SIGNED_ANNOTATION = "proven-torch.dev/signed-at"  # when it was signed, RFC 3339 UTC
+IMAGE_KINDS = tuple(PREDICATES)  # what a run signs about an image: all six
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime(TIME_FORMAT)
+
+
 @dataclass(frozen=True)
 class Subject:
-    """What a statement is about: one pushed manifest."""
+    """What a statement is about: one pushed manifest, and the run that signs it (its id and time)."""
 
     name: str  # the repository, e.g. localhost:5000/proven-torch
     digest: str  # sha256:<hex> of the manifest as pushed
+    run: str = ""  # the invocation id shared by a run's statements
+    signed_at: str = field(default_factory=now)
 
     def as_list(self) -> list[dict]:
         algo, _, hexdigest = self.digest.partition(":")
-        return [{"name": self.name, "digest": {algo: hexdigest}}]
+        annotations = {RUN_ANNOTATION: self.run, SIGNED_ANNOTATION: self.signed_at}
+        return [{"name": self.name, "digest": {algo: hexdigest}, "annotations": annotations}]
 
 
 def statement(kind: str, subject: Subject, predicate: dict) -> dict:
@@ -62,6 +88,10 @@ def encode(stmt: dict) -> bytes:
 
 def kind_of(predicate_type: str) -> str | None:
     return next((k for k, v in PREDICATES.items() if v == predicate_type), None)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --------------------------------------------------------------------------- test result
@@ -101,6 +131,39 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
         reasons["emulation"] = validation.get("validated_on", "validated under emulation")
     result = "FAILED" if failed or not validation.get("ok") else ("WARNED" if warned else "PASSED")
     return {"result": result, "passed": passed, "warned": warned, "failed": failed, "reasons": reasons}
+
+
+def validated_on(platform: str, gpu: bool, emulated: bool) -> str:
+    """What a validation ran on, in the words the report, the labels, the statements and the README use."""
+    if emulated:
+        return f"{platform}: validated under emulation on amd64; not run on Arm hardware or on a GPU"
+    return f"{platform}: " + ("validated on a GPU" if gpu else "validated on the CPU only; not run on a GPU")
+
+
+# The parts of a proof record (proof.json) that Validation.as_dict lifts to the top of the validation
+# record (pipeline/validation/gate.py); the rest of it goes under "proof".
+LIFTED = ("smoke", "ppo", "ppo_cpu")
+
+
+def validation_with_proof(validation: dict, proof: dict) -> dict:
+    """The build's validation record with a later proof's outcome in place of its own: the shape
+    Validation(proof=...).as_dict() gives, the build's other stages (hygiene, audit, size) kept."""
+    emulated = bool((proof.get("where") or {}).get("emulation"))
+    gpu = bool(proof.get("gpu"))
+    return {
+        **validation,
+        "ok": proof.get("ok") is True,
+        "gpu": gpu,
+        "emulated": emulated,
+        "validated_on": validated_on(validation.get("platform", "linux/amd64"), gpu, emulated),
+        "failures": list(proof.get("failures") or []),
+        "verdict": proof.get("verdict"),
+        "smoke": proof.get("smoke") or {},
+        "ppo": proof.get("ppo") or {},
+        "ppo_cpu": proof.get("ppo_cpu"),
+        "gpu_cpu_sps_ratio": proof.get("gpu_cpu_sps_ratio"),
+        "proof": {k: v for k, v in proof.items() if k not in LIFTED},
+    }
 
 
 def test_result_predicate(validation: dict, image_id: str, configuration: list[dict], flavor: str | None = None) -> dict:
@@ -233,17 +296,19 @@ def provenance_predicate(
     command: list[str],
     line: str,
     platform: str,
+    tags: list[str],
     dependencies: list[dict],
     tools: dict,
     invocation: str,
     started: str,
     finished: str,
 ) -> dict:
-    """SLSA provenance v1: who built it (build.py at its revision), how, from what."""
+    """SLSA provenance v1: who built it (build.py at its revision), how, from what, for which line and
+    which tags (verify checks a tag it is asked about against them)."""
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"command": command, "line": line, "platform": platform},
+            "externalParameters": {"command": command, "line": line, "platform": platform, "tags": tags},
             "internalParameters": {"tools": tools},
             "resolvedDependencies": dependencies,
         },
@@ -252,3 +317,231 @@ def provenance_predicate(
             "metadata": {"invocationId": invocation, "startedOn": started, "finishedOn": finished},
         },
     }
+
+
+# --------------------------------------------------------------------------- reading signed statements back
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Typed fields of one statement's JSON, each missing or mistyped one a RegistryDataRefused naming it."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def refuse(self, field_name: str, wanted: str) -> RegistryDataRefused:
+        return RegistryDataRefused(f"{self.what}: {field_name} is not {wanted}")
+
+    def get(self, obj: Any, key: str, kind: type[T], wanted: str, optional: bool = False) -> T | None:
+        value = obj.get(key) if isinstance(obj, dict) else None
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise self.refuse(key, wanted)
+        return value
+
+    def text(self, obj: Any, key: str, optional: bool = False) -> str | None:
+        return self.get(obj, key, str, "a string", optional)
+
+    def obj(self, obj: Any, key: str, optional: bool = False) -> dict:
+        return self.get(obj, key, dict, "an object", optional) or {}
+
+    def texts(self, obj: Any, key: str, optional: bool = False) -> tuple[str, ...]:
+        value = self.get(obj, key, list, "a list", optional) or []
+        if not all(isinstance(v, str) for v in value):
+            raise self.refuse(key, "a list of strings")
+        return tuple(value)
+
+    def number(self, obj: Any, key: str) -> float | None:
+        value = obj.get(key) if isinstance(obj, dict) else None
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.refuse(key, "a number")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class TestResult:
+    result: str
+    passed: tuple[str, ...]
+    warned: tuple[str, ...]
+    failed: tuple[str, ...]
+    warned_reasons: dict[str, str]
+    validated_on: str | None
+    image_id: str | None
+    vouched: tuple[str, ...]  # the digests `configuration` names (an index's children)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    line: str
+    platform: str
+    tags: tuple[str, ...]
+    command: tuple[str, ...]
+    revision: str
+    started: str | None
+    finished: str | None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    environment: str | None
+    target_return: float | None
+    steps_to_target: float | None
+    seconds_to_target: float | None
+    steps_per_second: float | None
+    device: str
+    cuda: str | None
+    gpu_model: str | None
+    driver: str | None
+    host_cpu: str | None
+
+
+@dataclass(frozen=True)
+class Accepted:
+    id: str
+    package: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Vulns:
+    data_date: str | None
+    accepted_until: tuple[tuple[str, str], ...]  # (advisory id, expiry date) of each accepted finding
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One statement whose signature verified, read into its kind's record."""
+
+    kind: str
+    digest: str  # the subject
+    run: str
+    signed_at: dt.datetime
+    record: Any  # TestResult, Provenance, Benchmark, Vulns, a tuple of Accepted (vex), or an int (the SBOM's components)
+    predicate: dict  # as signed, for --json
+
+
+def _test_result(r: _Reader, p: dict) -> TestResult:
+    result = r.text(p, "result")
+    if result not in RESULTS:
+        raise r.refuse("result", f"one of {', '.join(RESULTS)}")
+    reasons = r.obj(p, "warnedReasons", optional=True)
+    configuration = r.get(p, "configuration", list, "a list", optional=True) or []
+    vouched = tuple(
+        f"sha256:{c['digest']['sha256']}"
+        for c in configuration
+        if isinstance(c, dict) and isinstance(c.get("digest"), dict) and isinstance(c["digest"].get("sha256"), str)
+    )
+    return TestResult(
+        result=str(result),
+        passed=r.texts(p, "passedTests", optional=True),
+        warned=r.texts(p, "warnedTests", optional=True),
+        failed=r.texts(p, "failedTests", optional=True),
+        warned_reasons={str(k): str(v) for k, v in reasons.items()},
+        validated_on=r.text(p, "validatedOn", optional=True),
+        image_id=r.text(p, "imageId", optional=True),
+        vouched=vouched,
+    )
+
+
+def _provenance(r: _Reader, p: dict) -> Provenance:
+    definition, details = r.obj(p, "buildDefinition"), r.obj(p, "runDetails")
+    params, metadata = r.obj(definition, "externalParameters"), r.obj(details, "metadata")
+    return Provenance(
+        line=str(r.text(params, "line")),
+        platform=str(r.text(params, "platform", optional=True) or ""),
+        tags=r.texts(params, "tags"),
+        command=r.texts(params, "command", optional=True),
+        revision=str(r.text(r.obj(r.obj(details, "builder"), "version"), "build.py", optional=True) or "?"),
+        started=r.text(metadata, "startedOn", optional=True),
+        finished=r.text(metadata, "finishedOn", optional=True),
+    )
+
+
+def _benchmark(r: _Reader, p: dict) -> Benchmark:
+    return Benchmark(
+        environment=r.text(p, "environment", optional=True),
+        target_return=r.number(p, "target_return"),
+        steps_to_target=r.number(p, "steps_to_target"),
+        seconds_to_target=r.number(p, "seconds_to_target"),
+        steps_per_second=r.number(p, "steps_per_second"),
+        device=str(r.text(p, "device", optional=True) or "cpu"),
+        cuda=r.text(p, "cuda", optional=True),
+        gpu_model=r.text(p, "gpu_model", optional=True),
+        driver=r.text(p, "driver", optional=True),
+        host_cpu=r.text(p, "host_cpu", optional=True),
+    )
+
+
+def _vulns(r: _Reader, p: dict) -> Vulns:
+    scanner = r.obj(p, "scanner")
+    accepted = []
+    for result in r.get(scanner, "result", list, "a list", optional=True) or []:
+        notes = r.get(result, "annotations", list, "a list", optional=True) or []
+        expires = next((str(a["expires"]) for a in notes if isinstance(a, dict) and a.get("expires")), None)
+        if expires:
+            accepted.append((str(r.text(result, "id")), expires))
+    return Vulns(data_date=r.text(r.obj(scanner, "db"), "lastUpdate", optional=True), accepted_until=tuple(accepted))
+
+
+def _vex(r: _Reader, p: dict) -> tuple[Accepted, ...]:
+    out = []
+    for s in r.get(p, "statements", list, "a list", optional=True) or []:
+        products = r.get(s, "products", list, "a list") or [{}]
+        parts = r.get(products[0], "subcomponents", list, "a list") or [{}]
+        out.append(
+            Accepted(
+                id=str(r.text(r.obj(s, "vulnerability"), "name")),
+                package=str(r.text(parts[0], "@id")),
+                why=str(r.text(s, "action_statement", optional=True) or ""),
+            )
+        )
+    return tuple(out)
+
+
+def _sbom(r: _Reader, p: dict) -> int:
+    return len(r.get(p, "components", list, "a list", optional=True) or [])
+
+
+READERS: dict[str, Callable[[_Reader, dict], Any]] = {
+    "provenance": _provenance,
+    "sbom": _sbom,
+    "test-result": _test_result,
+    "benchmark": _benchmark,
+    "vulns": _vulns,
+    "vex": _vex,
+}
+
+
+def read_statement(stmt: Any, what: str) -> Signed:
+    """A verified statement's JSON (parsed, depth-bounded) as a typed record: an in-toto v1 statement
+    about exactly one subject, of a known predicate type, carrying its run and signing time. Any other
+    shape: RegistryDataRefused naming the field."""
+    r = _Reader(what)
+    if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
+        raise RegistryDataRefused(f"{what}: not an in-toto v1 statement")
+    kind = kind_of(str(r.text(stmt, "predicateType")))
+    if kind is None:
+        raise RegistryDataRefused(f"{what}: predicate type {str(stmt.get('predicateType'))[:80]!r} is none this tool signs")
+    r.what = f"{what} ({kind})"
+    subjects = r.get(stmt, "subject", list, "a list")
+    if not subjects or len(subjects) != 1:
+        raise RegistryDataRefused(f"{r.what}: not about exactly one subject")
+    digests = r.obj(subjects[0], "digest")
+    if not isinstance(digests.get("sha256"), str):
+        raise r.refuse("subject digest", "a sha256 digest")
+    notes = r.obj(subjects[0], "annotations", optional=True)
+    run, signed = notes.get(RUN_ANNOTATION), notes.get(SIGNED_ANNOTATION)
+    if not isinstance(run, str) or not run or not isinstance(signed, str):
+        raise RegistryDataRefused(
+            f"{r.what}: no signed run and time (made by a build.py older than signed order); sign the image again"
+        )
+    try:
+        signed_at = dt.datetime.strptime(signed, TIME_FORMAT).replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise r.refuse(SIGNED_ANNOTATION, f"a time written {TIME_FORMAT}") from None
+    predicate = r.obj(stmt, "predicate")
+    return Signed(kind, f"sha256:{digests['sha256']}", run, signed_at, READERS[kind](r, predicate), predicate)

@@ -1,150 +1,236 @@
-"""`build.py verify IMAGE_REF --key PUBKEY`: is this pushed image the one that was proven?
+"""`build.py verify IMAGE_REF --key PUBKEY`: is this pushed image the one that was proven, for the line
+its tag names, recently enough?
 
-For the digest the tag names now (each child too, for an index): every statement signed with the
-key verifies; each one is about that digest; all six are there (an index: provenance and test
-result); the test result is PASSED, or WARNED only because GPU checks did not run (never with
---require-gpu); the proof's image is the image's config digest. Any failure: NotVerified (exit 1)
-naming the statement and why. Then one screen of what was proven, where, when, from what.
+For the digest the reference names now (each child too, for an index), verify reads what the registry
+holds (pipeline.registry: bounded, one deadline) and accepts only:
+- statements signed with the key, each about that digest, each carrying the run it belongs to and the
+  time it was signed inside the signed payload (statements.read_statement);
+- of each kind, the newest by that signed time, all of one run, every kind of the run there: statements
+  of one kind from different runs mixed, an incomplete run, or two runs signed at the same second are
+  refused (a registry can drop or reorder referrers, not sign); annotations are never read for order;
+- a test result PASSED, or WARNED only because GPU checks did not run (never with --require-gpu);
+  the proof's image is the manifest's config; no accepted advisory past its expiry;
+- a tag that the signed provenance names (a proven image under another line's tag is refused), the
+  line --expect-line names, and a signing time within --max-age days (the rule for stale advisory data).
+Any failure is one line and exit 1 (NotVerified, "registry data refused: ..." for data that cannot be
+read safely), 6 when the registry cannot be reached or does not answer within the deadline. Then one
+screen of what was proven, where, when, from what.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import referrers, signing
-from pipeline.errors import NotVerified
+from common.rules import STALE_AFTER_DAYS
+from pipeline import attest, referrers, registry
+from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
 from pipeline.labels import PREFIX
-from pipeline.statements import GPU_TESTS, INDEX_KINDS, PREDICATES, STATEMENT_TYPE, kind_of
+from pipeline.statements import (
+    GPU_TESTS,
+    IMAGE_KINDS,
+    INDEX_KINDS,
+    Benchmark,
+    Provenance,
+    Signed,
+    TestResult,
+    Vulns,
+    read_statement,
+)
 
-IMAGE_KINDS = tuple(PREDICATES)
 VALIDATION_LABEL = f"{PREFIX}validation"
+DEFAULT_MAX_AGE = STALE_AFTER_DAYS  # days: a proof older than this is refused, as advisory data this old is stale
 
 
-def _signers(envelope: bytes) -> set[str]:
-    try:
-        return {str(s.get("keyid", "")) for s in json.loads(envelope).get("signatures", []) if isinstance(s, dict)}
-    except (ValueError, AttributeError, TypeError):
-        return set()
+@dataclass(frozen=True)
+class Policy:
+    """What the caller asks of the proof beyond its signatures."""
+
+    require_gpu: bool = False
+    max_age_days: int = DEFAULT_MAX_AGE
+    expect_line: str | None = None
+    today: dt.date = dataclasses.field(default_factory=dt.date.today)
+    now: dt.datetime = dataclasses.field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """The statements of the run that decides, one per kind."""
+
+    run: str
+    signed_at: dt.datetime
+    by_kind: dict[str, Signed]
+
+    def __getitem__(self, kind: str):
+        return self.by_kind[kind].record
+
+
+def read_signed(registry_client: registry.Registry, digest: str, key, label: str) -> tuple[list[Signed], int, set[str]]:
+    """(the statements about `digest` whose signature `key` verifies, how many envelopes there were, the key
+    ids the others name)."""
+    signed, others, envelopes = [], set(), referrers.envelopes_about(registry_client, digest)
+    for data in envelopes:
+        envelope = registry.parse_json(data, f"{label}: a statement envelope")
+        if not isinstance(envelope, dict):
+            raise RegistryDataRefused(f"{label}: a statement envelope is not a JSON object")
+        names = attest.signers_of(envelope)
+        if key.keyid not in names:
+            others |= {k[:16] for k in names}
+            continue
+        payload = attest.open_envelope(envelope, key, f"{label}: a statement")
+        stmt = read_statement(registry.parse_json(payload, f"{label}: a signed statement"), f"{label}: a signed statement")
+        if stmt.digest != digest:
+            raise NotVerified(
+                f"{label}: the signed {stmt.kind} statement is about {stmt.digest}, not {digest}: copied from another image"
+            )
+        signed.append(stmt)
+    return signed, len(envelopes), others
+
+
+def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> RunSet:
+    """The newest statement of each kind by its signed time; all of one run, and that run complete."""
+    newest: dict[str, Signed] = {}
+    for stmt in signed:
+        held = newest.get(stmt.kind)
+        if held is None or stmt.signed_at > held.signed_at:
+            newest[stmt.kind] = stmt
+        elif stmt.signed_at == held.signed_at and stmt.run != held.run:
+            raise NotVerified(
+                f"{label}: two runs ({held.run}, {stmt.run}) signed a {stmt.kind} statement at the same second; "
+                "which is newer cannot be told: sign the image again"
+            )
+    missing = [k for k in kinds if k not in newest]
+    if missing:
+        runs = sorted({s.run for s in signed})
+        raise NotVerified(f"{label}: incomplete: no signed {', '.join(missing)} statement (runs found: {', '.join(runs)})")
+    runs = {newest[k].run for k in kinds}
+    if len(runs) > 1:
+        said = ", ".join(f"{k} from run {newest[k].run} ({newest[k].signed_at:%Y-%m-%d %H:%M:%S})" for k in kinds)
+        raise NotVerified(f"{label}: statements of different runs are mixed, the newest being {said}; sign the image again")
+    run = runs.pop()
+    in_run = [s for s in signed if s.run == run]
+    if len({s.kind for s in in_run}) != len(in_run):
+        raise NotVerified(f"{label}: run {run} signed one kind twice; sign the image again")
+    return RunSet(run, max(newest[k].signed_at for k in kinds), {k: newest[k] for k in kinds})
 
 
 def signed_statements(
-    registry: referrers.Registry, digest: str, key, kinds: tuple[str, ...], label: str, unsigned_why=lambda: ""
-) -> dict[str, dict]:
-    """The newest statement of each kind about `digest` signed with `key`, every one checked."""
-    found = referrers.envelopes_about(registry, digest)
-    if not found:
+    registry_client: registry.Registry,
+    digest: str,
+    key,
+    kinds: tuple[str, ...],
+    label: str,
+    unsigned_why: Callable[[], str] = lambda: "",
+) -> RunSet:
+    signed, count, others = read_signed(registry_client, digest, key, label)
+    if count == 0:
         raise NotVerified(
             f"{label}: no signed statements are attached to {digest}: "
             + (unsigned_why() or "pushed unsigned, or not by this pipeline")
         )
-    ours = [(d, env) for d, env in found if key.keyid in _signers(env)]
-    if not ours:
-        others = sorted({k[:16] for _, env in found for k in _signers(env)})
+    if not signed:
         raise NotVerified(
-            f"{label}: none of its {len(found)} statements is signed by key {key.keyid[:16]}… "
-            f"(they name key {', '.join(others) or 'none'}…): the wrong public key, or signed by someone else"
+            f"{label}: none of its {count} statements is signed by key {key.keyid[:16]}… "
+            f"(they name key {', '.join(sorted(others)) or 'none'}…): the wrong public key, or signed by someone else"
         )
-    newest: dict[str, tuple[str, dict]] = {}
-    for descriptor, envelope in ours:
-        announced = descriptor.get("annotations", {}).get(referrers.PREDICATE_ANNOTATION, "?")
-        stmt = signing.open_envelope(envelope, key, f"{label}: the {kind_of(str(announced)) or announced} statement")
-        kind = kind_of(str(stmt.get("predicateType", "")))
-        subjects = stmt.get("subject")
-        if stmt.get("_type") != STATEMENT_TYPE or not isinstance(subjects, list) or len(subjects) != 1:
-            raise NotVerified(f"{label}: a signed {kind or 'unknown'} statement is not an in-toto v1 statement about one subject")
-        about = {f"{algo}:{value}" for algo, value in (subjects[0].get("digest") or {}).items()}
-        if digest not in about:
-            raise NotVerified(
-                f"{label}: the signed {kind or stmt.get('predicateType')} statement is about {', '.join(sorted(about)) or 'nothing'}, "
-                f"not {digest}: copied from another image"
-            )
-        created = str(descriptor.get("annotations", {}).get(referrers.CREATED_ANNOTATION, ""))
-        if kind and (kind not in newest or created >= newest[kind][0]):
-            newest[kind] = (created, stmt)
-    missing = [k for k in kinds if k not in newest]
-    if missing:
-        raise NotVerified(f"{label}: no signed {', '.join(missing)} statement about {digest}")
-    return {k: stmt for k, (_, stmt) in newest.items()}
+    return deciding_run(signed, kinds, label)
 
 
-def judge_result(test: dict, require_gpu: bool, label: str) -> None:
+def judge_result(test: TestResult, require_gpu: bool, label: str) -> None:
     """PASSED; WARNED only for GPU checks that did not run, and not with --require-gpu."""
-    result = test.get("result")
-    warned = list(test.get("warnedTests", []))
-    if result == "PASSED":
+    if test.result == "PASSED":
         return
-    if result == "WARNED":
-        gpu_only = all(t.split("/", 1)[-1] in GPU_TESTS or t in GPU_TESTS for t in warned)
-        if not gpu_only:
-            others = [t for t in warned if t not in GPU_TESTS and t.split("/", 1)[-1] not in GPU_TESTS]
+    if test.result == "WARNED":
+        others = [t for t in test.warned if t not in GPU_TESTS and t.split("/", 1)[-1] not in GPU_TESTS]
+        if others:
             raise NotVerified(f"{label}: the test result is WARNED for {', '.join(others)}, which are not GPU checks")
         if require_gpu:
             raise NotVerified(
-                f"{label}: proven on the CPU only (WARNED: {', '.join(warned)} did not run), and --require-gpu was given"
+                f"{label}: proven on the CPU only (WARNED: {', '.join(test.warned)} did not run), and --require-gpu was given"
             )
         return
-    raise NotVerified(
-        f"{label}: the signed test result is {result}: failed {', '.join(test.get('failedTests', [])) or 'unknown tests'}"
-    )
+    raise NotVerified(f"{label}: the signed test result is {test.result}: failed {', '.join(test.failed) or 'unknown tests'}")
 
 
-def lapsed(vulns: dict, today: dt.date) -> list[str]:
+def judge_age(runset: RunSet, policy: Policy, label: str) -> None:
+    age = policy.now - runset.signed_at
+    if age > dt.timedelta(days=policy.max_age_days):
+        raise NotVerified(
+            f"{label}: proven {age.days} days ago (signed {runset.signed_at:%Y-%m-%d}), past --max-age {policy.max_age_days}; "
+            "prove it again on your host (`proof`) and sign it (`build.py sign`), or pull a newer image"
+        )
+
+
+def judge_line(prov: Provenance, ref: registry.ImageRef, policy: Policy, label: str) -> None:
+    """The tag asked about is one the signed provenance names; the line is the one expected."""
+    if not ref.is_digest and ref.reference not in prov.tags:
+        raise NotVerified(
+            f"{label}: the tag {ref.reference} is not one this image was pushed under (its signed provenance names line "
+            f"{prov.line}, tags {', '.join(prov.tags) or 'none'}): a proven image moved under another tag"
+        )
+    if policy.expect_line is not None and prov.line != policy.expect_line:
+        raise NotVerified(
+            f"{label}: the signed provenance names line {prov.line}, not the {policy.expect_line} --expect-line asks for"
+        )
+
+
+def lapsed(vulns: Vulns, today: dt.date) -> list[str]:
     """Advisories the signed audit accepted only until a date that has passed."""
-    out = []
-    for result in vulns.get("scanner", {}).get("result", []):
-        notes = [a for a in result.get("annotations", []) if isinstance(a, dict)]
-        expires = next((str(a["expires"]) for a in notes if a.get("expires")), None)
-        if expires and expires < today.isoformat():
-            out.append(f"{result.get('id')} (accepted until {expires})")
-    return out
+    return [f"{ident} (accepted until {expires})" for ident, expires in vulns.accepted_until if expires < today.isoformat()]
 
 
-def check_image(registry: referrers.Registry, digest: str, body: bytes, key, require_gpu: bool, label: str) -> dict:
-    config = (json.loads(body).get("config") or {}).get("digest")
-    if not isinstance(config, str) or not referrers.DIGEST.fullmatch(config):
-        raise NotVerified(f"{label}: the image manifest names no config digest")
+def check_image(
+    registry_client: registry.Registry, digest: str, body: bytes, key, policy: Policy, label: str, asked: registry.ImageRef | None
+) -> dict:
+    """One image's statements judged; `asked`: the reference the user gave, when it names this image itself
+    (an index's children are reached through the index, whose provenance answers for the tag)."""
+    config = registry.as_dict(body, f"{label}: the image manifest").get("config")
+    config = config.get("digest") if isinstance(config, dict) else None
+    if not isinstance(config, str) or not registry.DIGEST.fullmatch(config):
+        raise RegistryDataRefused(f"{label}: the image manifest names no config digest")
 
     def forged_labels() -> str:
         """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
         try:
-            labels = json.loads(registry.blob(config)).get("config", {}).get("Labels") or {}
-        except (NotVerified, ValueError):
+            image_config = registry.as_dict(registry_client.blob(config), "the image config")
+        except RegistryDataRefused:
             return ""
-        if labels.get(VALIDATION_LABEL) == "passed":
+        labels = image_config.get("config", {}).get("Labels") if isinstance(image_config.get("config"), dict) else None
+        if isinstance(labels, dict) and labels.get(VALIDATION_LABEL) == "passed":
             return f"its label {VALIDATION_LABEL}=passed is backed by no signature (labels can be written by anyone): a relabelled or foreign image"
         return ""
 
-    stmts = signed_statements(registry, digest, key, IMAGE_KINDS, label, forged_labels)
-    test = stmts["test-result"]["predicate"]
-    judge_result(test, require_gpu, label)
-    gone = lapsed(stmts["vulns"]["predicate"], dt.date.today())
+    runset = signed_statements(registry_client, digest, key, IMAGE_KINDS, label, forged_labels)
+    test: TestResult = runset["test-result"]
+    judge_result(test, policy.require_gpu, label)
+    judge_age(runset, policy, label)
+    if asked is not None:
+        judge_line(runset["provenance"], asked, policy, label)
+    gone = lapsed(runset["vulns"], policy.today)
     if gone:
         raise NotVerified(f"{label}: accepted advisories have lapsed: {', '.join(gone)}; rebuild it with a fresh audit")
-    if test.get("imageId") != config:
+    if test.image_id != config:
         raise NotVerified(
-            f"{label}: the proof ran in image {str(test.get('imageId'))[:19]}…, but {digest[:19]}… is image {str(config)[:19]}…"
+            f"{label}: the proof ran in image {str(test.image_id)[:19]}…, but {digest[:19]}… is image {config[:19]}…"
         )
-    return summary(digest, stmts)
+    return summary(digest, runset)
 
 
-def verify(image_ref: str, key_path: Path, require_gpu: bool = False) -> dict:
-    """Everything checked, as a record (verified: True); NotVerified at the first thing that does not hold.
-    Whatever the registry holds, malformed data is a one-line NotVerified, never a traceback."""
-    key = signing.load_public_key(key_path)
-    ref = referrers.parse_ref(image_ref)
-    try:
-        return _verify(ref, key, require_gpu)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:
-        raise NotVerified(
-            f"{ref}: malformed data in the registry ({type(err).__name__}: {str(err)[:120]}); not verified"
-        ) from None
-
-
-def _verify(ref: referrers.ImageRef, key, require_gpu: bool) -> dict:
-    registry = referrers.Registry(ref)
-    found = registry.manifest(ref.reference)
+def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout: float = registry.DEFAULT_DEADLINE) -> dict:
+    """Everything checked, as a record (verified: True); NotVerified at the first thing that does not hold."""
+    policy = policy or Policy()
+    if policy.max_age_days < 1:
+        raise UsageError(f"--max-age {policy.max_age_days}: give a number of days, at least 1")
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
+    key = attest.load_public_key(key_path)
+    ref = registry.parse_ref(image_ref)
+    client = registry.Registry(ref, registry.Deadline(timeout))
+    found = client.manifest(ref.reference)
     if found is None:
         raise NotVerified(f"{ref}: the registry has no such image")
     body, media, digest = found
@@ -154,69 +240,57 @@ def _verify(ref: referrers.ImageRef, key, require_gpu: bool) -> dict:
         "ref": str(ref),
         "digest": digest,
         "keyid": key.keyid,
-        "require_gpu": require_gpu,
+        "require_gpu": policy.require_gpu,
         "images": images,
     }
-    if media in referrers.INDEXES:
-        stmts = signed_statements(registry, digest, key, INDEX_KINDS, f"{ref} (index)")
-        judge_result(stmts["test-result"]["predicate"], require_gpu, f"{ref} (index)")
-        record["index"] = summary(digest, stmts)
-        listed = referrers.descriptors(json.loads(body).get("manifests"), f"{ref}'s index")
-        vouched = {f"sha256:{c['digest']['sha256']}" for c in stmts["test-result"]["predicate"].get("configuration", [])}
+    if media in registry.INDEXES:
+        label = f"{ref} (index)"
+        runset = signed_statements(client, digest, key, INDEX_KINDS, label)
+        judge_result(runset["test-result"], policy.require_gpu, label)
+        judge_age(runset, policy, label)
+        judge_line(runset["provenance"], ref, policy, label)
+        record["index"] = summary(digest, runset)
+        listed = registry.descriptors(registry.as_dict(body, f"{ref}'s index").get("manifests"), f"{ref}'s index")
+        vouched = set(runset["test-result"].vouched)
         for child in listed:
-            platform = child.get("platform", {})
+            platform = child.get("platform") if isinstance(child.get("platform"), dict) else {}
             name = f"{platform.get('os')}/{platform.get('architecture')}"
             if name == "unknown/unknown":  # BuildKit's attestation manifests are not images
                 continue
-            child_found = registry.manifest(child["digest"])
+            child_found = client.manifest(child["digest"])
             if child_found is None:
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which the registry does not have")
             if child["digest"] not in vouched:
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which its signed test result does not")
             images.append(
-                {"platform": name, **check_image(registry, child["digest"], child_found[0], key, require_gpu, f"{ref} {name}")}
+                {"platform": name, **check_image(client, child["digest"], child_found[0], key, policy, f"{ref} {name}", None)}
             )
         if not images:
             raise NotVerified(f"{ref}: the index lists no image to verify")
     else:
-        images.append(check_image(registry, digest, body, key, require_gpu, str(ref)))
+        images.append(check_image(client, digest, body, key, policy, str(ref), ref))
     return record
 
 
-def summary(digest: str, stmts: dict[str, dict]) -> dict:
+def summary(digest: str, runset: RunSet) -> dict:
     """What the screen and --json show, from the verified statements only."""
-    prov = stmts["provenance"]["predicate"]
-    test = stmts["test-result"]["predicate"]
-    out = {
+    test: TestResult = runset["test-result"]
+    out: dict = {
         "digest": digest,
-        "statements": sorted(stmts),
-        "result": test.get("result"),
-        "warned": test.get("warnedTests", []),
-        "warned_reasons": test.get("warnedReasons", {}),
-        "validated_on": test.get("validatedOn"),
-        "image_id": test.get("imageId"),
-        "line": prov["buildDefinition"]["externalParameters"].get("line"),
-        "command": prov["buildDefinition"]["externalParameters"].get("command"),
-        "revision": prov["runDetails"]["builder"]["version"].get("build.py"),
-        "started": prov["runDetails"]["metadata"].get("startedOn"),
-        "finished": prov["runDetails"]["metadata"].get("finishedOn"),
+        "run": runset.run,
+        "signed_at": f"{runset.signed_at:%Y-%m-%dT%H:%M:%SZ}",
+        "statements": sorted(runset.by_kind),
+        "test_result": dataclasses.asdict(test),
+        "provenance": dataclasses.asdict(runset["provenance"]),
     }
-    if "benchmark" in stmts:
-        out["benchmark"] = stmts["benchmark"]["predicate"]
-    if "vex" in stmts:
-        vex = stmts["vex"]["predicate"]
-        out["accepted_advisories"] = [
-            {
-                "id": s["vulnerability"]["name"],
-                "package": s["products"][0]["subcomponents"][0]["@id"],
-                "why": s.get("action_statement"),
-            }
-            for s in vex.get("statements", [])
-        ]
-    if "vulns" in stmts:
-        out["advisory_data"] = stmts["vulns"]["predicate"]["scanner"]["db"].get("lastUpdate")
-    if "sbom" in stmts:
-        out["sbom_components"] = len(stmts["sbom"]["predicate"].get("components", []))
+    if "benchmark" in runset.by_kind:
+        out["benchmark"] = dataclasses.asdict(runset["benchmark"])
+    if "vex" in runset.by_kind:
+        out["accepted_advisories"] = [dataclasses.asdict(a) for a in runset["vex"]]
+    if "vulns" in runset.by_kind:
+        out["advisory_data"] = runset["vulns"].data_date
+    if "sbom" in runset.by_kind:
+        out["sbom_components"] = runset["sbom"]
     return out
 
 
@@ -225,35 +299,37 @@ def screen(record: dict) -> list[str]:
     lines = [f"VERIFIED {record['ref']}", f"  digest      {record['digest']}", f"  signed by   key {record['keyid'][:16]}…"]
     if "index" in record:
         idx = record["index"]
-        lines.append(f"  index       {idx['result']}; {len(record['images'])} image(s), each checked below")
+        lines.append(f"  index       {idx['test_result']['result']}; {len(record['images'])} image(s), each checked below")
     for image in record["images"]:
         lines += [""] + _image_lines(image)
     return lines
 
 
 def _image_lines(image: dict) -> list[str]:
-    bench = image.get("benchmark") or {}
-    where = "GPU" if str(bench.get("device", "cpu")).startswith("cuda") else "CPU"
-    result = image["result"] + (
-        f": on the {where} only, not run: {', '.join(image['warned'])}" if image["result"] == "WARNED" else f" on the {where}"
+    test, prov = TestResult(**image["test_result"]), Provenance(**image["provenance"])
+    bench = Benchmark(**image["benchmark"]) if image.get("benchmark") else None
+    where = "GPU" if bench and bench.device.startswith("cuda") else "CPU"
+    result = test.result + (
+        f": on the {where} only, not run: {', '.join(test.warned)}" if test.result == "WARNED" else f" on the {where}"
     )
-    command = " ".join(image.get("command") or [])
+    gpu = f"; GPU {bench.gpu_model}, driver {bench.driver}" if bench and bench.gpu_model else ""
     lines = [
         f"  {image.get('platform', 'image')}  {image['digest']}",
         f"    proof       {result}",
-        f"    where       {image.get('validated_on')}; host CPU {bench.get('host_cpu') or 'unknown'}"
-        + (f"; GPU {bench['gpu_model']}, driver {bench.get('driver')}" if bench.get("gpu_model") else ""),
-        f"    image       {image['image_id']} (the image the proof ran in)",
-        f"    when        {image['started']} to {image['finished']}",
-        f"    from        line {image['line']}, revision {image['revision']}: {command}",
+        f"    where       {test.validated_on}; host CPU {(bench.host_cpu if bench else None) or 'unknown'}{gpu}",
+        f"    image       {test.image_id} (the image the proof ran in)",
+        f"    built       {prov.started} to {prov.finished}; signed {image['signed_at']} (run {image['run']})",
+        f"    from        line {prov.line}, revision {prov.revision}: {' '.join(prov.command)}",
+        f"    tags        {', '.join(prov.tags)}",
         f"    statements  {', '.join(image['statements'])}; SBOM of {image.get('sbom_components', '?')} components",
     ]
     if bench:
-        secs = bench.get("seconds_to_target")
+        secs = None if bench.seconds_to_target is None else round(bench.seconds_to_target, 1)
+        steps = f"{bench.steps_to_target:,.0f}" if bench.steps_to_target else "?"
+        sps = f"{bench.steps_per_second:,.0f}" if bench.steps_per_second else "?"
         lines.append(
-            f"    figures     {bench.get('environment')} to {bench.get('target_return')} in {bench.get('steps_to_target') or '?'} steps, "
-            f"{secs if secs is None else round(secs, 1)} s, {round(bench['steps_per_second']) if bench.get('steps_per_second') else '?'} steps/s "
-            f"on {bench.get('device')} (CUDA {bench.get('cuda')})"
+            f"    figures     {bench.environment} to {bench.target_return} in {steps} steps, {secs} s, {sps} steps/s "
+            f"on {bench.device} (CUDA {bench.cuda})"
         )
     accepted = image.get("accepted_advisories") or []
     lines.append(f"    advisories  {len(accepted)} accepted (advisory data as of {image.get('advisory_data')})")
@@ -261,6 +337,6 @@ def _image_lines(image: dict) -> list[str]:
     return lines
 
 
-def verify_and_show(image_ref: str, key_path: Path, require_gpu: bool = False, as_json: bool = False) -> list[str]:
-    record = verify(image_ref, key_path, require_gpu)
+def verify_and_show(image_ref: str, key_path: Path, policy: Policy, timeout: float, as_json: bool = False) -> list[str]:
+    record = verify(image_ref, key_path, policy, timeout)
     return [json.dumps(record, indent=2)] if as_json else screen(record)

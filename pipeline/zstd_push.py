@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline import hostprocs
 from pipeline.errors import PushFailed, UsageError
 from pipeline.push import check_tag
-from pipeline.registry import registry_api
+from pipeline.registry import parse_ref
 
 ZSTD_LEVEL = 3
 
@@ -28,8 +28,8 @@ def skopeo() -> str:
 
 
 def _tls_args(ref: str, flag: str) -> list[str]:
-    api = registry_api(ref)
-    return [f"{flag}=false"] if api and api[0].startswith("http://") else []
+    """Plain HTTP only to a registry written as loopback (pipeline.registry's one rule)."""
+    return [f"{flag}=false"] if parse_ref(f"{ref}:x").loopback else []
 
 
 def exact_config(client, image_id: str) -> bytes:

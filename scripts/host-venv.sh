@@ -5,6 +5,7 @@
 # line's lock (the unit tests of ppo_bench run what the image runs), and the rlhf
 # flavor's stack (the unit tests of rlhf_bench run the flavor's TRL). Reinstalls
 # only when an input changed. Used by scripts/prepare-host.sh and the CI workflows.
+# Then the signer's venv .venv-signer (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,11 +15,22 @@ default_lock=images/locks/$(python3 build.py list --default)/amd64
 numpy=$(grep -h -o '^numpy==[^ ]*' "$default_lock"/*.txt)
 [[ -n $numpy ]] || { echo "host-venv: no numpy pin in $default_lock" >&2; exit 1; }
 wanted=$(cat requirements-dev.txt; python3 build.py list "${shared[@]}"; echo "$numpy")
-if [[ -x .venv/bin/python ]] && [[ "$wanted" == "$(cat .venv/.requirements 2>/dev/null)" ]]; then
-    exit 0
+if [[ ! -x .venv/bin/python ]] || [[ "$wanted" != "$(cat .venv/.requirements 2>/dev/null)" ]]; then
+    echo "==> creating .venv from requirements-dev.txt and the matrix's shared pins"
+    python3 -m venv .venv
+    mapfile -t pins < <(python3 build.py list "${shared[@]}")
+    .venv/bin/pip install -q -r requirements-dev.txt "${pins[@]}" "$numpy"
+    printf '%s\n' "$wanted" > .venv/.requirements
 fi
-echo "==> creating .venv from requirements-dev.txt and the matrix's shared pins"
-python3 -m venv .venv
-mapfile -t pins < <(python3 build.py list "${shared[@]}")
-.venv/bin/pip install -q -r requirements-dev.txt "${pins[@]}" "$numpy"
-printf '%s\n' "$wanted" > .venv/.requirements
+
+# The signer's venv: the only environment that reads the signing key (pipeline/attest.py runs there
+# as its own process). Its pip is CPython's own (ensurepip); every file it installs is checked
+# against requirements-signer.lock's hashes, nothing else is installed. Rebuilt when the lock changes.
+if [[ ! -x .venv-signer/bin/python ]] || ! cmp -s requirements-signer.lock .venv-signer/.lock; then
+    echo "==> creating .venv-signer from the hash-locked requirements-signer.lock"
+    rm -rf .venv-signer
+    python3 -m venv .venv-signer
+    .venv-signer/bin/python -m pip install -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        --require-hashes -r requirements-signer.lock
+    cp requirements-signer.lock .venv-signer/.lock
+fi

@@ -42,7 +42,7 @@ from pipeline.variants import AMD64, Variant, load_matrix  # noqa: E402
 
 INDEX = "predicates.tsv"
 # The parts of a proof record that Validation.as_dict lifts to the top of the validation record
-# (pipeline/validate.py); the rest of the record goes under "proof". tests/unit/test_deploy.py holds
+# (pipeline/validation/gate.py); the rest of the record goes under "proof". tests/unit/test_deploy.py holds
 # with_proof to Validation.as_dict.
 LIFTED = ("smoke", "ppo", "ppo_cpu")
 

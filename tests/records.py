@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 
 def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> dict:
     """A validation record shaped like Validation.as_dict() of a CPU-only or a GPU proof."""
@@ -47,3 +50,57 @@ def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> di
             ],
         },
     }
+
+
+def proof_record(gpu: bool = True, ok: bool = True) -> dict:
+    """A proof.json as `proof --out` writes it (smoke/proof.py's record), on a GPU host or the CPU."""
+    record = validation(gpu=gpu, ok=ok)
+    return {
+        "ok": ok,
+        "gpu": gpu,
+        "verdict": "proven" if ok else "FAILED: compile",
+        "failures": [] if ok else ["smoke: compile"],
+        "smoke": record["smoke"],
+        "ppo": record["ppo"],
+        "where": record["proof"]["where"],
+        "ppo_gate": record["proof"]["ppo_gate"],
+    }
+
+
+def run_folder(
+    folder: Path,
+    *,
+    ref: str,
+    digest: str,
+    image_id: str,
+    line: str = "2.9-cu128",
+    tags: tuple[str, ...] = ("2.9-cu128",),
+    platform: str = "linux/amd64",
+    record: dict | None = None,
+) -> Path:
+    """A build's report folder as `build.py --push` leaves it (report.json, validation.json, facts.json and
+    the SBOM): what publish.image_statements and `build.py sign` read. Returns report.json's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {**(record or validation()), "platform": platform, "sbom": {"file": "sbom.cdx.json"}}
+    (folder / "validation.json").write_text(json.dumps(record))
+    (folder / "sbom.cdx.json").write_text(
+        json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "tiny"}]})
+    )
+    facts = {
+        "command": ["python", "build.py", "--push"],
+        "commit": "0" * 40,
+        "started": "2026-12-06T00:00:00Z",
+        "invocation": "test-build",
+        "tools": {"python": "3.11"},
+        "dependencies": [{"uri": "file:images/locks/test.txt", "digest": {"sha256": "e" * 64}}],
+        "line": line,
+        "flavor": None,
+        "platform": platform,
+        "ref": ref,
+        "tags": list(tags),
+        "stamped_image_id": image_id,
+    }
+    (folder / "facts.json").write_text(json.dumps(facts))
+    report = {"status": "pushed", "variant": line, "pushed": {f"{ref}:{tags[0]}": digest}, "validation": record}
+    (folder / "report.json").write_text(json.dumps(report))
+    return folder / "report.json"

@@ -1,5 +1,5 @@
 """What only validation uses: the image's size against its budget, the hygiene scan,
 the SBOM, the vulnerability audit and the advisory database it reads.
 
-pipeline/validate.py runs them as named stages (then the image's own `proof`).
+pipeline/validation/gate.py runs them as named stages (then the image's own `proof`).
 """

@@ -37,6 +37,8 @@ from packaging.version import InvalidVersion, Version
 
 from common.rules import FAILING_SEVERITIES, normalize_name
 from pipeline.errors import UsageError
+from pipeline.lock import locked_packages
+from pipeline.validation.advisories import load_snapshot
 from pipeline.variants import REPO_ROOT
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
@@ -360,8 +362,6 @@ def audited_packages(variant) -> tuple[list[dict], str]:
     """What the line installs, and which: "lock" (every package of its hash lock) or "pins" (a line
     without a committed lock, e.g. one that needs PyTorch's index: its torch, torchvision, torchaudio
     and [packages] pins only)."""
-    from pipeline.lock import locked_packages
-
     locked = locked_packages(variant)
     if locked is not None:
         return [{"name": n, "version": v} for n, v in locked], "lock"
@@ -397,3 +397,32 @@ def carried_summary(rows: list[dict]) -> str:
     if open_:
         return text + f" ({open_} not accepted: the build fails)"
     return text + (" (high and critical accepted)" if failing else "")
+
+
+# --------------------------------------------------------------------------- what each line carries (specs, `list`)
+
+WHOLE_LOCK = "the whole lock"  # the spec's "audited" where the line's committed lock was audited
+_KEPT = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
+
+
+def disclosure(variant, records: list[dict], allowlist: list[Allowed], source: str, as_of: dt.date | None) -> dict:
+    """Every known advisory the line carries, by the given records and allowlist: the build gate's audit
+    over the line's whole lock (its pins where it has no committed lock). What render writes into each
+    line's spec and `build.py list` shows."""
+    # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
+    # so the rendered file does not change with the date (the build's audit applies it).
+    rows = carried(variant, records, allowlist, today=dt.date.min)
+    _, audited = audited_packages(variant)
+    return {
+        "audited": WHOLE_LOCK if audited == "lock" else "the pins only (no committed lock)",
+        "database": source,
+        "as_of": as_of.isoformat() if as_of else None,
+        "summary": carried_summary(rows),
+        "carried": [{k: row.get(k) for k in _KEPT} for row in rows],
+    }
+
+
+def disclosures(variants: list) -> dict[str, dict]:
+    """disclosure() of each variant by the committed snapshot and allowlist, read once."""
+    database, allowlist = load_snapshot(), load_allowlist()
+    return {v.name: disclosure(v, database.records, allowlist, database.source, database.as_of) for v in variants}

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from pipeline.containers import run_in_image
-from pipeline.validate import proof_command
+from pipeline.validation.gate import proof_command
 
 pytestmark = pytest.mark.gpu
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.attest import KeySource
 from pipeline.docker_env import docker_client
 from pipeline.errors import DockerUnavailable
-from pipeline.run import BuildConfig, RunResult, run
+from pipeline.line import RunResult, run
+from pipeline.request import BuildConfig
 from pipeline.variants import load_matrix, resolve
 from tests.conftest import docker_required
 
@@ -121,11 +123,16 @@ class _Tee:
 
 @pytest.fixture(scope="session")
 def sign_keys(tmp_path_factory) -> dict[str, Path]:
-    """The session's signing key pair (build.py keygen's), outside the checkout."""
-    from pipeline.signing import keygen
+    """The session's signing key pair (build.py keygen --encrypt's, made by the signer), outside the checkout;
+    its passphrase in a file of its own."""
+    from pipeline.attest import keygen
 
-    private, public = keygen(tmp_path_factory.mktemp("signing") / "keys")
-    return {"private": private, "public": public}
+    folder = tmp_path_factory.mktemp("signing")
+    passphrase = folder / "passphrase"
+    passphrase.write_text("a session passphrase\n")
+    passphrase.chmod(0o600)
+    private, public, _ = keygen(folder / "keys", encrypt=True, passphrase_file=passphrase)
+    return {"private": private, "public": public, "passphrase": passphrase}
 
 
 @pytest.fixture(scope="session")
@@ -147,7 +154,7 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory, sign_keys, run_log) 
         ca_cert=ca_cert(),
         allow_cpu_validation=True,
         report_dir=tmp_path_factory.mktemp("reports"),
-        sign_key=sign_keys["private"],
+        sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]),
         command=("python", "build.py", "--push", "--registry", REGISTRY, "--repo", "proven-torch-test", "--sign-key", "KEY"),
     )
     with run_log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):

@@ -18,12 +18,12 @@ import sys
 import time
 
 import pytest
+from pipeline.run import Target, validate_and_tag
 
 from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.render import dockerfile_path, spec_path
-from pipeline.run import Target, validate_and_tag
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, registry_manifest
 
@@ -449,8 +449,8 @@ def test_the_image_label_names_the_accepted_advisories(docker, run_result, repor
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
     """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
-    from pipeline.validate import Findings, Request, sbom_and_audit
     from pipeline.validation import audit as audit_mod
+    from pipeline.validation.gate import Findings, Request, sbom_and_audit
 
     db = tmp_path / "osv"
     db.mkdir()
@@ -514,7 +514,8 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
     moving ones wait in the report for a GPU proof of the pushed digest."""
     from pipeline.run import Tagged, push_all
-    from pipeline.validate import Validation
+
+    from pipeline.validation.gate import Validation
 
     v = report["validation"]
     validation = Validation(

@@ -1,30 +1,37 @@
 """Signed proof against the real registry on 127.0.0.1, with real keys.
 
-The session's pipeline run pushes the default image signed (conftest.pipeline_run): `build.py
-verify` passes on it by tag and by digest and shows its figures. Tampering is tried on tiny
-images (tests/image/tiny_images.py) signed through the same pipeline.attest code with a
-validation record of the pipeline's shape: one byte changed, statements copied to another
-digest, the wrong key, an unsigned image, a foreign image under a proven tag, a proof of another
-image. A multi-arch index: every child checked.
+The session's pipeline run pushes the default image signed with an encrypted key
+(conftest.pipeline_run): `build.py verify` passes on it by tag and by digest and shows its
+figures. Tampering is tried on tiny images (tests/image/tiny_images.py) signed through the same
+code (publish.image_statements from a report folder, publish.sign_digest): one byte changed,
+statements copied to another digest, the wrong key, an unsigned image, a foreign image under a
+proven tag, a proof of another image, a proven image moved under another line's tag, a proof past
+--max-age, ten re-signs, the release's failed-GPU-proof path (nothing signed, the digest
+withdrawn) and its passed one. A multi-arch index: every child checked. The attacks that need a
+registry with the referrers API (reordered annotations, mixed or incomplete runs, hostile pages)
+are in tests/unit/test_verify_registry.py, against a crafted server.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import os
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
 
 import pytest
 
-from pipeline import attest, index_push, push, referrers, signing
-from pipeline.statements import PREDICATES
+from pipeline import attest, index_push, publish, push, referrers, registry, statements
+from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
-from tests.records import validation
+from tests.records import proof_record, run_folder, validation
 
 pytestmark = pytest.mark.image
 
@@ -32,20 +39,31 @@ REF = f"{REGISTRY}/proven-torch-test-signed"  # scripts/ci-cleanup.sh removes pr
 RUN = os.getpid()
 
 
-def verify_cli(*args: str) -> subprocess.CompletedProcess:
-    """`python build.py verify ...` as a user runs it."""
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python build.py ...` as a user runs it."""
     return subprocess.run(
-        [sys.executable, "build.py", "verify", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "build.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
     )
 
 
+def verify_cli(*args: str) -> subprocess.CompletedProcess:
+    return cli("verify", *args)
+
+
 def refused(done: subprocess.CompletedProcess, code: int, *phrases: str) -> str:
-    """The one line of a refused verify, checked for its exit code and its words."""
+    """The one line of a refused command, checked for its exit code and its words."""
     lines = done.stderr.strip().splitlines()
     assert done.returncode == code and len(lines) == 1, (done.returncode, done.stdout, done.stderr)
     for phrase in phrases:
         assert phrase in lines[0], lines[0]
     return lines[0]
+
+
+def opened(digest: str, ref: str, public_path) -> list[dict]:
+    """The statements about `digest` whose signature the public key verifies, as JSON."""
+    key = attest.load_public_key(public_path)
+    client = registry.Registry(registry.parse_ref(f"{ref}@{digest}"))
+    return [json.loads(attest.open_envelope(json.loads(e), key, "test")) for e in referrers.envelopes_about(client, digest)]
 
 
 # --------------------------------------------------------------------------- the pipeline's own signed push
@@ -58,14 +76,15 @@ def test_verify_passes_by_tag_and_by_digest_and_shows_the_figures(run_result, re
         done = verify_cli(ref, "--key", str(sign_keys["public"]))
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"VERIFIED {ref}") and digest in done.stdout
-        assert f"CartPole-v1 to 475.0 in {ppo['steps_to_target']} steps" in done.stdout
+        assert f"CartPole-v1 to 475.0 in {ppo['steps_to_target']:,} steps" in done.stdout
         assert "WARNED: on the CPU only, not run: smoke/driver, smoke/gpu" in done.stdout
         assert run_result.stamped_id in done.stdout
     record = json.loads(verify_cli(tag_ref, "--key", str(sign_keys["public"]), "--json").stdout)
     (image,) = record["images"]
-    assert record["verified"] is True and image["image_id"] == run_result.stamped_id
+    assert record["verified"] is True and image["test_result"]["image_id"] == run_result.stamped_id
     assert image["statements"] == sorted(PREDICATES) and image["benchmark"]["steps_to_target"] == ppo["steps_to_target"]
-    assert image["line"] == variant.name and image["command"][:2] == ["python", "build.py"]
+    assert image["provenance"]["line"] == variant.name and image["provenance"]["command"][:2] == ["python", "build.py"]
+    assert set(report["tags"]) <= set(image["provenance"]["tags"])  # every tag pushed is named in the signed provenance
 
 
 def test_a_cpu_only_proof_is_refused_with_require_gpu(run_result, sign_keys):
@@ -73,31 +92,41 @@ def test_a_cpu_only_proof_is_refused_with_require_gpu(run_result, sign_keys):
     refused(verify_cli(tag_ref, "--key", str(sign_keys["public"]), "--require-gpu"), 1, "proven on the CPU only", "--require-gpu")
 
 
-def test_the_report_names_the_key_and_each_statement(report, sign_keys):
-    keyid = signing.load_public_key(sign_keys["public"]).keyid
+def test_the_report_names_the_key_the_run_and_each_statement(report, sign_keys):
+    keyid = attest.load_public_key(sign_keys["public"]).keyid
     (signed,) = report["push"]["signatures"]
-    assert signed["keyid"] == keyid and set(signed["statements"]) == set(PREDICATES)
+    assert signed["keyid"] == keyid and set(signed["statements"]) == set(PREDICATES) and signed["run"]
     assert report["push"]["sbom"]["signed"] is True
+
+
+def test_every_statement_carries_its_run_and_signing_time_inside_the_signature(run_result, report, sign_keys):
+    tag_ref, digest = next(iter(run_result.pushed.items()))
+    found = opened(digest, tag_ref.rsplit(":", 1)[0], sign_keys["public"])
+    notes = {json.dumps(s["subject"][0]["annotations"], sort_keys=True) for s in found}
+    assert len(found) == len(PREDICATES) and len(notes) == 1  # one run, one signing time, for all six
+    (note,) = [json.loads(n) for n in notes]
+    assert note[statements.RUN_ANNOTATION] == report["push"]["signatures"][0]["run"]
 
 
 def test_the_signed_sbom_is_the_reports_sbom(run_result, sign_keys):
     tag_ref, digest = next(iter(run_result.pushed.items()))
-    registry = referrers.Registry(referrers.parse_ref(tag_ref))
-    public = signing.load_public_key(sign_keys["public"])
-    opened = [signing.open_envelope(envelope, public, "sbom") for _, envelope in referrers.envelopes_about(registry, digest)]
-    (sbom,) = [s for s in opened if s["predicateType"] == PREDICATES["sbom"]]
+    (sbom,) = [
+        s for s in opened(digest, tag_ref.rsplit(":", 1)[0], sign_keys["public"]) if s["predicateType"] == PREDICATES["sbom"]
+    ]
     assert sbom["predicate"] == json.loads(run_result.report_path.with_name("sbom.cdx.json").read_text())
 
 
-def test_the_private_key_is_in_no_log_report_or_layer(run_result, report, run_log, sign_keys):
+def test_the_private_key_and_its_passphrase_are_in_no_log_report_or_layer(run_result, report, run_log, sign_keys):
     secret = "".join(sign_keys["private"].read_text().splitlines()[1:-1])
-    assert len(secret) >= 40
-    assert secret not in run_log.read_text() and "pushes are signed with key" in run_log.read_text()
+    passphrase = sign_keys["passphrase"].read_text().strip()
+    assert len(secret) >= 40 and "ENCRYPTED" in sign_keys["private"].read_text()
+    log = run_log.read_text()
+    assert secret not in log and passphrase not in log and "pushes are signed with key" in log
     for path in run_result.report_path.parent.rglob("*"):
         if path.is_file():
-            assert secret.encode() not in path.read_bytes(), path
+            assert secret.encode() not in path.read_bytes() and passphrase.encode() not in path.read_bytes(), path
     # The hygiene scan read every file of the image for PEM private keys (a planted signing key is
-    # found: tests/unit/test_signing.py); validation passed with no finding.
+    # found: tests/unit/test_attest.py); validation passed with no finding.
     assert report["validation"]["hygiene"] == []
 
 
@@ -105,15 +134,8 @@ def test_the_private_key_is_in_no_log_report_or_layer(run_result, report, run_lo
 
 
 @pytest.fixture(scope="module")
-def signer(docker, sign_keys, matrix, variant):
-    key = signing.load_signing_key(sign_keys["private"])
-    facts = attest.run_facts(docker, "test", ["pytest"], "test", "2026-01-01T00:00:00Z", "test")
-    return attest.Signer(key, facts, {AMD64: matrix.base_image_for(AMD64), ARM64: matrix.base_image_for(ARM64)})
-
-
-@pytest.fixture(scope="module")
 def tiny(docker, tmp_path_factory):
-    """push(name, platform=AMD64, labels=None) -> (image ID, digest, ref:tag) of a new tiny image."""
+    """make(name, platform=AMD64, labels=None, tag=None) -> (image ID, digest, ref:tag) of a new tiny image, pushed."""
     folder = tmp_path_factory.mktemp("tiny")
     pushed = []
 
@@ -129,82 +151,86 @@ def tiny(docker, tmp_path_factory):
     subprocess.run(["docker", "rmi", "-f", *pushed], capture_output=True, check=False)
 
 
-def sign(signer, docker, variant, tmp_path, digest: str, image_id: str, platform: str = AMD64) -> dict:
-    sbom = tmp_path / f"sbom-{digest[7:19]}.json"
-    sbom.write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "tiny"}]}))
-    record = validation()
-    return attest.attest_image(
-        signer, docker, REF, digest, record, image_id, variant, platform, signer.base_images[platform], sbom
-    )
+def key_of(sign_keys) -> attest.KeySource:
+    return attest.KeySource(sign_keys["private"], sign_keys["passphrase"])
 
 
-def registry() -> referrers.Registry:
-    return referrers.Registry(referrers.parse_ref(REF))
+def sign(sign_keys, tmp_path, ref: str, digest: str, image_id: str, platform: str = AMD64, **folder) -> dict:
+    """Sign a tiny image as a push does: statements from its report folder, signed, attached."""
+    run_dir = tmp_path / f"run-{digest[7:19]}-{len(list(tmp_path.iterdir()))}"
+    tags = folder.pop("tags", (ref.rsplit(":", 1)[1],))
+    signed_at = folder.pop("signed_at", None)
+    run_folder(run_dir, ref=REF, digest=digest, image_id=image_id, platform=platform, tags=tags, **folder)
+    subject = Subject(REF, digest, run=publish.new_run_id(statements.now()), **({"signed_at": signed_at} if signed_at else {}))
+    return publish.sign_digest(key_of(sign_keys), REF, digest, publish.image_statements(run_dir, subject))
+
+
+def client() -> registry.Registry:
+    return registry.Registry(registry.parse_ref(REF))
 
 
 def listed(digest: str) -> list[dict]:
-    found = registry().manifest(referrers.fallback_tag(digest))
+    found = client().manifest(registry.fallback_tag(digest))
     return json.loads(found[0])["manifests"] if found else []
 
 
 def rewrite_index(digest: str, manifests: list[dict]) -> None:
-    body = json.dumps({"schemaVersion": 2, "mediaType": referrers.OCI_INDEX, "manifests": manifests}).encode()
-    registry().put_manifest(referrers.fallback_tag(digest), body, referrers.OCI_INDEX)
+    body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": manifests}).encode()
+    client().put_manifest(registry.fallback_tag(digest), body, registry.OCI_INDEX)
 
 
 def put_artifact(descriptor: dict, subject: dict, envelope: bytes | None = None) -> dict:
     """A copy of the artifact `descriptor` names, about `subject`, holding `envelope` (default: the same one)."""
-    reg = registry()
+    reg = client()
     manifest = json.loads(reg.manifest(descriptor["digest"])[0])
     if envelope is not None:
         manifest["layers"][0] |= reg.upload(envelope)
     manifest["subject"] = subject
     body = json.dumps(manifest).encode()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    reg.put_manifest(digest, body, referrers.OCI_MANIFEST)
+    reg.put_manifest(digest, body, registry.OCI_MANIFEST)
     return {**descriptor, "digest": digest, "size": len(body)}
 
 
-def test_a_signed_image_verifies_and_signing_it_again_replaces_its_statements(signer, docker, variant, tiny, tmp_path, sign_keys):
-    image_id, digest, ref = tiny("twice")
-    sign(signer, docker, variant, tmp_path, digest, image_id)
-    assert len(listed(digest)) == len(PREDICATES)
-    sign(signer, docker, variant, tmp_path, digest, image_id)
-    assert len(listed(digest)) == len(PREDICATES), listed(digest)  # replaced, not added beside
-    assert verify_cli(ref, "--key", str(sign_keys["public"])).returncode == 0
+def test_ten_re_signs_of_one_digest_leave_one_set_and_it_verifies(sign_keys, tiny, tmp_path):
+    image_id, digest, ref = tiny("resigned")
+    runs = [sign(sign_keys, tmp_path, ref, digest, image_id)["run"] for _ in range(10)]
+    assert len(set(runs)) == 10
+    kinds = [d["annotations"][referrers.PREDICATE_ANNOTATION] for d in listed(digest)]
+    assert sorted(kinds) == sorted(PREDICATES.values()), kinds  # one statement per kind: replaced, not added beside
+    done = verify_cli(ref, "--key", str(sign_keys["public"]), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["images"][0]["run"] == runs[-1]
 
 
-def test_one_changed_byte_of_a_statement_in_the_registry_is_caught(signer, docker, variant, tiny, tmp_path, sign_keys):
+def test_one_changed_byte_of_a_statement_in_the_registry_is_caught(sign_keys, tiny, tmp_path):
     image_id, digest, ref = tiny("byte")
-    sign(signer, docker, variant, tmp_path, digest, image_id)
+    sign(sign_keys, tmp_path, ref, digest, image_id)
     manifests = listed(digest)
     i = next(n for n, d in enumerate(manifests) if d["annotations"][referrers.PREDICATE_ANNOTATION] == PREDICATES["test-result"])
-    (_, envelope), *_ = [
-        (d, e) for d, e in referrers.envelopes_about(registry(), digest) if d["digest"] == manifests[i]["digest"]
-    ]
-    doc = json.loads(envelope)
+    artifact = json.loads(client().manifest(manifests[i]["digest"])[0])
+    doc = json.loads(client().blob(artifact["layers"][0]["digest"]))
     payload = bytearray(base64.b64decode(doc["payload"]))
     payload[payload.index(b"WARNED")] = ord("X")  # one byte
     doc["payload"] = base64.b64encode(bytes(payload)).decode()
-    subject = json.loads(registry().manifest(manifests[i]["digest"])[0])["subject"]
-    manifests[i] = put_artifact(manifests[i], subject, json.dumps(doc).encode())
+    manifests[i] = put_artifact(manifests[i], artifact["subject"], json.dumps(doc).encode())
     rewrite_index(digest, manifests)
-    refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "test-result statement", "signature does not verify")
+    refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "a statement", "signature does not verify")
 
 
-def test_statements_copied_onto_another_images_digest_are_caught(signer, docker, variant, tiny, tmp_path, sign_keys):
+def test_statements_copied_onto_another_images_digest_are_caught(sign_keys, tiny, tmp_path):
     image_id, digest, _ = tiny("original")
-    sign(signer, docker, variant, tmp_path, digest, image_id)
+    sign(sign_keys, tmp_path, f"{REF}:original-{RUN}", digest, image_id)
     _, other_digest, other_ref = tiny("copy-target")
-    subject = referrers.subject_descriptor(registry(), other_digest)
+    subject = referrers.subject_descriptor(client(), other_digest)
     rewrite_index(other_digest, [put_artifact(d, subject) for d in listed(digest)])
     refused(verify_cli(other_ref, "--key", str(sign_keys["public"])), 1, f"is about {digest}", "copied from another image")
 
 
-def test_the_wrong_public_key_is_caught(signer, docker, variant, tiny, tmp_path):
+def test_the_wrong_public_key_is_caught(sign_keys, tiny, tmp_path):
     image_id, digest, ref = tiny("wrongkey")
-    sign(signer, docker, variant, tmp_path, digest, image_id)
-    _, other_public = signing.keygen(tmp_path / "other")
+    sign(sign_keys, tmp_path, ref, digest, image_id)
+    _, other_public, _ = attest.keygen(tmp_path / "other")
     refused(verify_cli(ref, "--key", str(other_public)), 1, "none of its 6 statements is signed by key", "wrong public key")
 
 
@@ -215,35 +241,164 @@ def test_an_image_pushed_unsigned_is_caught(tiny, sign_keys):
     )
 
 
-def test_a_foreign_image_pushed_under_a_proven_tag_is_caught(signer, docker, variant, tiny, tmp_path, sign_keys):
+def test_a_foreign_image_pushed_under_a_proven_tag_is_caught(sign_keys, tiny, tmp_path):
     image_id, digest, ref = tiny("proven", tag=f"proven-{RUN}")
-    sign(signer, docker, variant, tmp_path, digest, image_id)
+    sign(sign_keys, tmp_path, ref, digest, image_id)
     assert verify_cli(ref, "--key", str(sign_keys["public"])).returncode == 0
     tiny("foreign", labels={"io.proven-torch.validation": "passed"}, tag=f"proven-{RUN}")  # the same tag, relabelled
     refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "io.proven-torch.validation=passed is backed by no signature")
 
 
-def test_a_proof_of_another_image_is_caught(signer, docker, variant, tiny, tmp_path, sign_keys):
+def test_a_proof_of_another_image_is_caught(sign_keys, tiny, tmp_path):
     _, digest, ref = tiny("not-proven")
     proven_id, _, _ = tiny("proven-elsewhere")
-    sign(signer, docker, variant, tmp_path, digest, proven_id)  # a statement naming another image's ID
+    sign(sign_keys, tmp_path, ref, digest, proven_id)  # a statement naming another image's ID
     refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, f"the proof ran in image {proven_id[:19]}")
 
 
-def test_every_child_of_a_multi_arch_index_is_verified(signer, docker, variant, tiny, tmp_path, sign_keys):
+def test_a_proven_image_of_one_line_under_another_lines_tag_is_caught(docker, sign_keys, tiny, tmp_path):
+    """The signed 2.4-cu121 image moved under a 2.9-cu128 tag: its provenance names the tags it was pushed under."""
+    image_id, digest, ref = tiny("old-line", tag=f"2.4-cu121-{RUN}")
+    sign(sign_keys, tmp_path, ref, digest, image_id, line="2.4-cu121")
+    assert verify_cli(ref, "--key", str(sign_keys["public"])).returncode == 0
+    push.tag_image(docker, image_id, REF, [f"2.9-cu128-{RUN}"])
+    assert push.push_tag(docker, image_id, REF, f"2.9-cu128-{RUN}") == digest  # the same proven digest, another tag
+    refused(
+        verify_cli(f"{REF}:2.9-cu128-{RUN}", "--key", str(sign_keys["public"])),
+        1,
+        f"the tag 2.9-cu128-{RUN} is not one this image was pushed under",
+        "line 2.4-cu121",
+    )
+    by_digest = f"{REF}@{digest}"
+    assert verify_cli(by_digest, "--key", str(sign_keys["public"]), "--expect-line", "2.4-cu121").returncode == 0
+    refused(verify_cli(by_digest, "--key", str(sign_keys["public"]), "--expect-line", "2.9-cu128"), 1, "not the 2.9-cu128")
+
+
+def test_a_proof_older_than_max_age_is_refused(sign_keys, tiny, tmp_path):
+    image_id, digest, ref = tiny("old-proof")
+    long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=100)).strftime(statements.TIME_FORMAT)
+    sign(sign_keys, tmp_path, ref, digest, image_id, signed_at=long_ago)
+    refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "proven 100 days ago", "past --max-age 90")
+    assert verify_cli(ref, "--key", str(sign_keys["public"]), "--max-age", "365").returncode == 0
+
+
+def test_every_child_of_a_multi_arch_index_is_verified(sign_keys, tiny, tmp_path):
     children = []
     for platform in (AMD64, ARM64):
         image_id, digest, ref = tiny("line", platform=platform, tag=index_push.arch_tag(f"line-{RUN}", platform))
-        sign(signer, docker, variant, tmp_path, digest, image_id, platform)
+        sign(sign_keys, tmp_path, ref, digest, image_id, platform)
         children.append(index_push.Child(platform, REF, ref.rsplit(":", 1)[1], digest, image_id))
     index = index_push.push_index(REF, f"line-{RUN}", children)
     about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
-    attest.attest_index(signer, REF, index, variant, about)
+    facts = json.loads(next(tmp_path.glob("run-*")).joinpath("facts.json").read_text())
+    stmts = publish.index_statements(Subject(REF, index, run="index-run"), facts, [f"line-{RUN}"], about)
+    publish.sign_digest(key_of(sign_keys), REF, index, stmts)
     done = verify_cli(f"{REF}:line-{RUN}", "--key", str(sign_keys["public"]))
     assert done.returncode == 0, done.stderr
     assert "linux/amd64" in done.stdout and "linux/arm64" in done.stdout and "2 image(s)" in done.stdout
     rewrite_index(children[1].digest, [])  # the arm64 child loses its statements
     refused(verify_cli(f"{REF}:line-{RUN}", "--key", str(sign_keys["public"])), 1, "linux/arm64", "no signed statements")
+
+
+# --------------------------------------------------------------------------- the release's path, simulated
+
+
+def release_build(tiny, tmp_path, name: str):
+    """What the release's build job leaves: the digest pushed under its immutable tag only, unsigned, and its report."""
+    image_id, digest, ref = tiny(name)
+    report = run_folder(tmp_path / name, ref=REF, digest=digest, image_id=image_id, tags=(ref.rsplit(":", 1)[1],))
+    return digest, ref, report
+
+
+def signer_env(sign_keys) -> dict:
+    return {
+        **os.environ,
+        attest.SIGN_KEY_ENV: str(sign_keys["private"]),
+        attest.PASSPHRASE_ENV: sign_keys["passphrase"].read_text().strip(),
+    }
+
+
+def test_a_failed_gpu_proof_leaves_no_signed_result_and_no_tag(sign_keys, tiny, tmp_path):
+    """The GPU proof failed: `build.py sign` refuses it (nothing signed), `build.py withdraw` removes the digest
+    with its immutable tag, and verify fails: the release's failure path, as release.yml runs it."""
+    digest, ref, report = release_build(tiny, tmp_path, "gpu-failed")
+    failed = tmp_path / "proof-failed.json"
+    failed.write_text(json.dumps(proof_record(gpu=True, ok=False)))
+    refused(
+        cli(
+            "sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(failed), "--require-gpu", env=signer_env(sign_keys)
+        ),
+        5,
+        "the proof did not pass",
+        "nothing signed",
+    )
+    assert listed(digest) == []  # no project-key statement of any kind
+    done = cli("withdraw", f"{REF}@{digest}")
+    assert done.returncode == 0, done.stderr
+    assert client().manifest(ref.rsplit(":", 1)[1]) is None and client().manifest(digest) is None
+    refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "the registry has no such image")
+
+
+def test_a_passed_gpu_proof_is_signed_and_verifies_with_require_gpu(sign_keys, tiny, tmp_path):
+    digest, ref, report = release_build(tiny, tmp_path, "gpu-passed")
+    cpu_only = tmp_path / "proof-cpu.json"
+    cpu_only.write_text(json.dumps(proof_record(gpu=False)))
+    env = signer_env(sign_keys)
+    refused(
+        cli("sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(cpu_only), "--require-gpu", env=env), 5, "CPU only"
+    )
+    passed = tmp_path / "proof-gpu.json"
+    passed.write_text(json.dumps(proof_record(gpu=True)))
+    done = cli(
+        "sign",
+        f"{REF}@{digest}",
+        "--report",
+        str(report),
+        "--proof",
+        str(passed),
+        "--require-gpu",
+        "--run-id",
+        f"release-{RUN}",
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    verified = verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu")
+    assert verified.returncode == 0, verified.stderr
+    assert "PASSED on the GPU" in verified.stdout and f"run release-{RUN}" in verified.stdout
+
+
+# --------------------------------------------------------------------------- TLS for every push path
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802
+        self.seen.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_HEAD = do_POST = do_PUT = do_GET  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_registry_that_only_resolves_to_loopback_is_refused_before_the_build(tmp_path):
+    """127.1 resolves to 127.0.0.1 but is not written as loopback: Docker would push there without TLS, so
+    build.py refuses it before building, and the plain-HTTP server behind it is never spoken to."""
+    seen: list[str] = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Recorder", (_Recorder,), {"seen": seen}))
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = f"127.1:{server.server_address[1]}"
+        done = cli("--push", "--registry", host, "--allow-cpu-validation", "--report-dir", str(tmp_path))
+        refused(done, 2, f"--registry {host} refused", "resolves to 127.0.0.1", "without TLS")
+        assert seen == []
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.parametrize(

@@ -799,7 +799,7 @@ def build_validation() -> dict:
 
 
 def test_a_later_proof_makes_the_record_validation_as_dict_makes():
-    from pipeline.validate import Validation
+    from pipeline.validation.gate import Validation
 
     proof = gpu_proof()
     made = script().with_proof(build_validation(), proof)

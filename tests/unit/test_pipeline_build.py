@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from pipeline.run import BuildConfig, check_request
 
 from pipeline.build_image import build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
 from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
-from pipeline.run import BuildConfig, check_request
 from pipeline.tags import compute_tags, image_ref
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 
@@ -314,7 +314,7 @@ def test_the_rendered_spec_is_accepted_and_a_changed_one_is_named(cu128):
     import json
 
     from pipeline.render import AdvisoryInputs, render_spec
-    from pipeline.validate import spec_problem
+    from pipeline.validation.gate import spec_problem
 
     spec = render_spec(cu128, AdvisoryInputs.load())
     assert spec_problem(spec.encode(), cu128) is None
@@ -379,7 +379,7 @@ def test_build_is_the_default_command_and_help_names_every_command():
 
 
 def test_the_matrix_summary_is_one_row_per_line_with_what_it_measured():
-    from pipeline.matrix import LineResult, markdown
+    from pipeline.all_lines import LineResult, markdown
 
     rows = [
         LineResult(

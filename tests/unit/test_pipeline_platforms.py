@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from pipeline.run import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 
 from pipeline import index_push, run
 from pipeline.errors import MatrixError, PushFailed, UsageError
-from pipeline.run import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -140,8 +140,8 @@ def test_build_py_refuses_arm64_for_an_amd64_only_line_in_one_line(matrix):
 
 def test_the_pipeline_tells_proof_it_runs_under_emulation(matrix, tmp_path, monkeypatch):
     """qemu 8.1+ imitates the guest's /proc/cpuinfo, so `proof` is told, and reads it as emulation."""
-    from pipeline.validate import Request, emulation_env
     from common.deadlines import emulation
+    from pipeline.validation.gate import Request, emulation_env
 
     multi = next(v for v in matrix.variants if v.multi_arch)
     native = Request(None, "sha256:x", multi, 0, tmp_path, None, None, platform=AMD64)
@@ -172,8 +172,9 @@ def test_reports_of_a_multi_arch_line_are_found_per_architecture(tmp_path):
 def test_ctrl_c_after_one_platform_says_what_that_platform_left_tagged_and_pushed():
     from types import SimpleNamespace as NS
 
-    from pipeline.errors import Interrupted
     from pipeline.run import interrupted
+
+    from pipeline.errors import Interrupted
 
     amd = (NS(ref="127.0.0.1:5000/x"), NS(tags=["2.0-cu999-amd64"]))
     pushed = NS(refs={"127.0.0.1:5000/x:2.0-cu999-amd64": "sha256:1"})

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline import labels
+from pipeline import labels, statements
 from pipeline.containers import read_file, run_in_image
 from pipeline.errors import ValidationFailed
 from pipeline.render import dockerfile_path
@@ -84,10 +84,8 @@ class Validation:
 
     @property
     def validated_on(self) -> str:
-        """What the validation ran on, in the words the report, the labels and the README use."""
-        if self.emulated:
-            return f"{self.platform}: validated under emulation on amd64; not run on Arm hardware or on a GPU"
-        return f"{self.platform}: " + ("validated on a GPU" if self.gpu else "validated on the CPU only; not run on a GPU")
+        """What the validation ran on (statements.validated_on's words)."""
+        return statements.validated_on(self.platform, self.gpu, self.emulated)
 
     @property
     def smoke(self) -> dict:
@@ -97,7 +95,7 @@ class Validation:
     def ppo(self) -> dict:
         return self.proof.get("ppo") or {}
 
-    def release_figures(self) -> dict:
+    def gate_figures(self) -> dict:
         """The PPO figures this validation measured, stamped into the image for `proof` to compare with."""
         ppo = self.ppo
         where = self.proof.get("where") or {}

@@ -18,7 +18,8 @@ from pathlib import Path
 from pipeline import build_image, docker_env
 from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.html_report import line_reports
-from pipeline.run import BuildConfig
+from pipeline.line import run
+from pipeline.request import BuildConfig
 from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives, resolve
 
 
@@ -104,7 +105,6 @@ def run_matrix(matrix: Matrix, base_config, names: list[str] | None, keep: bool)
 
 def _run_line(matrix: Matrix, base_config, variant: Variant, keep: bool, kept: list[str]) -> LineResult:
     """One line of the matrix: its row (a line that failed included); Interrupted propagates."""
-    from pipeline.run import run
 
     print(f"==> matrix: {variant.name} (torch {variant.torch}, CUDA {variant.cuda}, {variant.builds_from})", flush=True)
     if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base_config.ca_cert)):

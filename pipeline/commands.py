@@ -1,0 +1,41 @@
+"""The commands whose work spans stages, so no stage module owns them: `render` (the Dockerfiles and
+specs, with each line's advisories from the audit) and `lock` (resolve, then render again).
+build.py dispatches here; the other commands go straight to their module (line, all_lines,
+listing, verify, publish, attest)."""
+
+from __future__ import annotations
+
+from pipeline.errors import UsageError
+from pipeline.lock import compile_lock, override_news, pypi_requires, write_lock
+from pipeline.render import every_variant, render_all, stale_files, wrote
+from pipeline.validation import audit
+from pipeline.variants import BASE, Matrix, resolve
+
+
+def render_or_check(matrix: Matrix, check: bool) -> list[str]:
+    """`build.py render`: write every Dockerfile and spec, or with `check` write nothing and raise
+    UsageError naming the committed files that are stale; the lines to print."""
+    disclosures = audit.disclosures(every_variant(matrix))
+    if not check:
+        return wrote(render_all(matrix, disclosures))
+    stale = stale_files(matrix, disclosures)
+    if stale:
+        names = ", ".join(p.name for p in stale)
+        raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
+    return [f"Dockerfiles and specs up to date ({len(matrix.variants)} variants)"]
+
+
+def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | None) -> int:
+    """`build.py lock --cuda ...`: resolve the line once per platform and write its lock, then render again (the
+    Dockerfiles and specs follow the lock); prints each step and each file written as it goes."""
+    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
+    for platform in variant.platforms:
+        print(f"==> resolving {variant.name} for {platform} with uv against {variant.index}", flush=True)
+        for line in wrote(write_lock(matrix, variant, compile_lock(matrix, variant, platform), platform=platform)):
+            print(line)
+    for line in render_or_check(matrix, check=False):
+        print(line)
+    for override in variant.overrides:
+        if override.package:
+            print(override_news(override, pypi_requires(override.package)), flush=True)
+    return 0

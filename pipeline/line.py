@@ -1,0 +1,268 @@
+"""`build.py build`: one line, through every stage in order for each of its platforms:
+request checked → build → validate, stamp, tag (stamp.py) → publish (publish.py: push, sign, index).
+Nothing is tagged before validation passed; nothing is pushed that was not validated."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline import attest, build_image, docker_env, hostprocs, publish, push, stamp, tags
+from pipeline.errors import Interrupted, PipelineError, UsageError
+from pipeline.publish import PublishOptions, Pushed
+from pipeline.request import BuildConfig, check_push_target, check_request, host_platform
+from pipeline.target import Tagged, Target
+from pipeline.variants import BASE, REPO_ROOT, Matrix, Variant, arch, resolve
+
+
+@dataclass(frozen=True)
+class RunResult:
+    validated_id: str
+    stamped_id: str
+    tags: list[str]
+    pushed: dict[str, str]
+    report_path: Path
+    gpu: bool
+    index: dict[str, str] = field(default_factory=dict)  # multi-arch index ref -> digest
+
+
+def git_revision(root: Path = REPO_ROOT) -> str:
+    rev = hostprocs.run_host(["git", "-C", str(root), "rev-parse", "--short=7", "HEAD"], "git")
+    dirty = hostprocs.run_host(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], "git")
+    if rev.returncode != 0 or dirty.returncode != 0:
+        return "nogit"
+    return f"{rev.stdout.strip()}-dirty" if dirty.stdout.strip() else rev.stdout.strip()
+
+
+def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
+    """A local name for a just-built base image, for the flavor's `FROM` (BuildKit resolves names, not IDs).
+    It names a build, not a validated image: it is never pushed."""
+    ref, tag = f"{repo}-base-build", base
+    client.images.get(image_id).tag(ref, tag)
+    return f"{ref}:{tag}"
+
+
+def build_and_validate(
+    client,
+    cli,
+    config: BuildConfig,
+    platform: str,
+    run_dir: Path,
+    args: dict[str, str],
+    gpus: int,
+    when: tuple[dt.datetime, str, str],
+) -> tuple[Target, Tagged]:
+    """Build the line for one platform, validate it (under emulation where it is not the host's), stamp and tag it."""
+    variant = config.variant
+    now, created, revision = when
+    args = {**args, "OS_IMAGE": config.matrix.base_image_for(platform)}
+    if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
+        base = config.matrix.by_name(variant.base_name)
+        print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
+        base_built = build_image.build_image(
+            cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose, platform=platform
+        )
+        args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
+    built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose, platform=platform)
+    if platform != host_platform():
+        print(
+            f"==> validating {platform} under emulation (qemu) on this {host_platform()} host, on the CPU; deadlines scaled",
+            flush=True,
+        )
+    target = Target(
+        variant=variant,
+        run_dir=run_dir,
+        ref=tags.image_ref(config.repo, config.registry if config.push else None),
+        date=f"{now:%Y%m%d}",
+        created=created,
+        revision=revision,
+        build_seconds=built.seconds,
+        ca_cert=config.ca_cert,
+        advisories=config.advisories,
+        platform=platform,
+        emulated=platform != host_platform(),
+    )
+    # An emulated image cannot reach the host's GPU: its proof runs on the CPU, said so in its labels.
+    return target, stamp.validate_and_tag(client, built.image_id, 0 if target.emulated else gpus, target)
+
+
+def tag_host_image(client, done: dict[str, tuple[Target, Tagged]], variant: Variant, pushed: bool) -> list[str]:
+    """A multi-arch line built without --push: the host's own validated image also gets the line's plain
+    tags (what `docker pull` of the index gives on this host), so `docker run IMAGE:LINE` finds it. Pushed,
+    the plain tags are the index alone, written only when every platform was validated."""
+    if not variant.multi_arch or pushed or host_platform() not in done:
+        return []
+    target, tagged = done[host_platform()]
+    refs = push.tag_image(client, tagged.stamped_id, target.ref, tagged.line_tags)
+    print(f"==> {variant.name} is multi-arch: this host's {arch(host_platform())} image is also {', '.join(refs)}", flush=True)
+    return refs
+
+
+def interrupted(err: BaseException, done: dict, results: dict, push: bool) -> Interrupted:
+    """Ctrl-C: the step that was stopped, then what this run had tagged or pushed (exit 130 either way).
+    Only the run knows the latter, so the steps' own messages name themselves and nothing more."""
+    said = str(err) or "interrupted"
+    tagged = [f"{t.ref}:{tg.tags[0]}" for t, tg in done.values()]
+    if not tagged:
+        return Interrupted(f"{said}; nothing was tagged or pushed")
+    pushed = [ref for _, _, p in results.values() for ref in p.refs]
+    return Interrupted(
+        f"{said}; before it, this run validated and tagged {', '.join(tagged)}"
+        + (f" and pushed {', '.join(pushed)}" if pushed else "")
+        + ("; check the registry for a push that was under way" if push else "")
+    )
+
+
+def run(config: BuildConfig) -> RunResult:
+    variant = config.variant
+    gpus = docker_env.host_gpu_count()
+    check_request(config, gpus)
+    if variant.note:
+        print(f"==> note: {variant.note}", flush=True)
+    on = f" for {', '.join(config.platforms)}" if variant.multi_arch else ""
+    print(
+        f"==> {variant.name}{on}: torch {variant.torch}, torchvision {variant.torchvision}, torchaudio {variant.torchaudio}, "
+        f"CUDA {variant.cuda}, Python {variant.python}; validation on {f'{gpus} GPU(s)' if gpus else 'the CPU (no GPU on this host)'}",
+        flush=True,
+    )
+    key = config.sign_key
+    if key is not None:  # a bad key, a wrong passphrase: refused before building
+        print(f"==> pushes are signed with key {attest.check_key(key)[:16]}… ({key.path.name})", flush=True)
+    elif config.push:
+        print("==> pushes are unsigned: pass --sign-key (or set PROVEN_TORCH_SIGN_KEY) to sign them", flush=True)
+    client = docker_env.docker_client()
+    check_push_target(config, client)
+    cli = docker_env.find_build_cli()
+    build_image.check_index_reach(config.matrix, variant, config.ca_cert)
+
+    now = dt.datetime.now(dt.UTC)
+    created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    revision = git_revision()
+    run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
+    options = PublishOptions(
+        facts=publish.run_facts(
+            client, cli.description, list(config.command or sys.argv), revision, created, publish.new_run_id(created)
+        ),
+        base_images={p: config.matrix.base_image_for(p) for p in config.platforms},
+        hold_moving_tags=config.hold_moving_tags,
+        compression=config.compression,
+        sign_key=key,
+    )
+    args = build_image.build_args(revision, created)
+    results: dict[str, tuple[Target, Tagged, Pushed]] = {}
+    done: dict[str, tuple[Target, Tagged]] = {}
+    failed: dict[str, PipelineError] = {}
+    try:
+        for platform in config.platforms:
+            platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
+            try:
+                target, tagged = build_and_validate(
+                    client, cli, config, platform, platform_dir, args, gpus, (now, created, revision)
+                )
+            except Interrupted:
+                raise
+            except PipelineError as err:
+                if len(config.platforms) == 1:
+                    raise
+                print(f"==> {platform} failed: {err}", flush=True)
+                failed[platform] = err
+                continue
+            done[platform] = (target, tagged)
+            if config.push:
+                results[platform] = (
+                    target,
+                    tagged,
+                    publish.publish(client, tagged, target, options),
+                )
+        if failed:
+            first = next(iter(failed.values()))
+            kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
+            raise type(first)(
+                "; ".join(f"{platform}: {err}" for platform, err in failed.items())
+                + "; no multi-arch tag moved"
+                + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
+            )
+        index: dict[str, str] = {}
+        if variant.multi_arch and config.push:
+            if set(results) == set(variant.platforms):
+                index = publish.publish_index(results, variant.platforms, options)
+            else:
+                print(
+                    f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
+                    "--platform all publishes its plain tags as one index",
+                    flush=True,
+                )
+        host_tags = tag_host_image(client, done, variant, config.push)
+    except (Interrupted, KeyboardInterrupt) as err:
+        raise interrupted(err, done, results, config.push) from None
+    target, tagged = done[config.platforms[0]]
+    print(f"==> report: {target.report_path}", flush=True)
+    return RunResult(
+        validated_id=tagged.validated_id,
+        stamped_id=tagged.stamped_id,
+        tags=[f"{t.ref}:{tag}" for t, tg in done.values() for tag in tg.tags] + host_tags,
+        pushed={ref: digest for _, _, p in results.values() for ref, digest in p.refs.items()},
+        report_path=target.report_path,
+        gpu=tagged.validation.gpu,
+        index=index,
+    )
+
+
+def build_line(
+    matrix: Matrix,
+    cuda: str | None,
+    torch: str | None,
+    flavor: str | None,
+    platform: str,
+    *,
+    repo: str | None = None,
+    push: bool = False,
+    registry: str | None = None,
+    compression: str = "gzip",
+    hold_moving_tags: bool = False,
+    allow_cpu_validation: bool = False,
+    sign_key: Path | None = None,
+    sign_key_passphrase_file: Path | None = None,
+    ca_cert: Path | None = None,
+    advisories: Path | None = None,
+    report_dir: Path = REPO_ROOT / "reports",
+    verbose: bool = False,
+) -> list[str]:
+    """`build.py build`: run the line the flags name (the matrix's first torch line of the CUDA line, said
+    so, unless `torch` picks one; platform "all": each platform of the line); the '==> done' lines to print.
+    repo None: the matrix's name."""
+    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
+    others = [v for v in matrix.variants if v.cuda == variant.cuda and v.name != variant.base_name]
+    if others and torch is None:
+        print(
+            f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
+            f"{variant.name} (the matrix's first); --torch {others[0].torch_minor} builds {others[0].name}",
+            flush=True,
+        )
+    platforms = variant.platforms if platform == "all" else (platform,)
+    if sign_key_passphrase_file is not None and sign_key is None and not push:
+        raise UsageError("--sign-key-passphrase-file unlocks the key that signs a push; add --push and --sign-key")
+    config = BuildConfig(
+        matrix=matrix,
+        variant=variant,
+        repo=repo or matrix.name,
+        platforms=platforms,
+        push=push,
+        registry=registry,
+        compression=compression,
+        hold_moving_tags=hold_moving_tags,
+        allow_cpu_validation=allow_cpu_validation,
+        # --sign-key, else PROVEN_TORCH_SIGN_KEY for a push (check_request refuses a flag without --push)
+        sign_key=attest.key_source(sign_key, sign_key_passphrase_file) if push or sign_key is not None else None,
+        ca_cert=ca_cert,
+        advisories=advisories,
+        report_dir=report_dir,
+        verbose=verbose,
+    )
+    result = run(config)
+    lines = ["==> done: " + ", ".join(result.tags) + (" (pushed)" if result.pushed else "")]
+    if result.index:
+        lines.append("==> multi-arch: " + ", ".join(f"{ref} ({digest[:19]})" for ref, digest in result.index.items()))
+    return lines

@@ -1,0 +1,65 @@
+"""Validate an untagged image, then stamp what only validation knows on a config-only child (same
+layers, checked by pipeline.labels) and tag that child: nothing is tagged that did not pass."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pipeline import labels, push, tags
+from pipeline.errors import ValidationFailed
+from pipeline.target import Tagged, Target
+from pipeline.validation import audit, gate
+from pipeline.validation.gate import Validation
+
+
+def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, environment) that only validation knows, for the config-only child image. The label and
+    variable keep the name "release": `proof` on a user's host compares its PPO gate figures with them."""
+    release = json.dumps(validation.gate_figures(), sort_keys=True, separators=(",", ":"))
+    accepted = ", ".join(
+        f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING
+    )
+    image_labels = {
+        f"{labels.PREFIX}advisories": (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",
+        "org.opencontainers.image.version": immutable,
+        f"{labels.PREFIX}validation": "passed",
+        f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
+        f"{labels.PREFIX}gpu-validated": "true" if validation.gpu else "false",
+        f"{labels.PREFIX}validated-on": validation.validated_on,
+        f"{labels.PREFIX}release-ppo": release,
+    }
+    return image_labels, {"PROVEN_TORCH_RELEASE": release}
+
+
+def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
+    """Validate the untagged image; stamp and tag it only when every check passed."""
+    variant = target.variant
+    request = gate.Request(
+        client,
+        image_id,
+        variant,
+        gpus,
+        target.run_dir,
+        target.ca_cert,
+        target.advisories,
+        platform=target.platform,
+        emulated=target.emulated,
+    )
+    validation = gate.validate_image(request)
+    try:
+        gate.require_valid(validation, target.report_path)
+        immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
+    except ValidationFailed as err:
+        target.write_report(image_id, validation, status="failed", error=str(err))
+        raise
+    record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
+    (target.run_dir / "validation.json").write_bytes(record)
+    line_tags = [immutable, *moving]
+    all_tags = [target.own_tag(tag) for tag in line_tags]
+    image_labels, env = stamp_values(validation, immutable, record)
+    stamped_id = labels.stamp(client, image_id, image_labels, env)
+    target.write_report(image_id, validation, status="validated", tags=all_tags, stamped_id=stamped_id)
+    refs = push.tag_image(client, stamped_id, target.ref, all_tags)
+    print(f"==> validated and tagged: {', '.join(refs)}", flush=True)
+    return Tagged(validated_id=image_id, stamped_id=stamped_id, tags=all_tags, validation=validation, line_tags=line_tags)
