@@ -294,6 +294,7 @@ class Registry:
             auth=login,
             timeout=self._timeout(what),
             allow_redirects=False,  # the credentials go to the realm the registry named, nowhere else
+            stream=True,
         )
         with token:
             body = _bounded(token, MAX_MANIFEST, "the token service's answer", self.deadline) if token.ok else b""
@@ -435,8 +436,9 @@ def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline 
     data = bytearray()
     sock = getattr(getattr(resp.raw, "connection", None), "sock", None)
     while True:
-        if deadline and sock is not None:
-            sock.settimeout(max(0.05, min(REQUEST_TIMEOUT, deadline.left(what))))
+        left = deadline.left(what) if deadline else REQUEST_TIMEOUT
+        if sock is not None:
+            sock.settimeout(max(0.05, min(REQUEST_TIMEOUT, left)))
         try:
             chunk = resp.raw.read1(CHUNK, decode_content=True)
         except (OSError, urllib3.exceptions.HTTPError) as err:

@@ -1,80 +1,302 @@
-"""What `verify` does with a registry that answers badly or maliciously: a one-line error, never a
-traceback, and never VERIFIED. The registry is a real HTTP server on 127.0.0.1 serving crafted
-answers; tests/image/test_signed_proof.py covers a real registry's good answers and tampering."""
+"""What `verify` does with a registry that answers badly or maliciously: a one-line refusal within its
+deadline, never a traceback, never VERIFIED, never a credential sent where it should not go. The
+registry is a real HTTP server on 127.0.0.1 serving crafted answers, with the OCI referrers API that
+the local docker-registry lacks (tests/image/test_signed_proof.py covers a real registry)."""
 
 from __future__ import annotations
 
-import datetime as dt
+import base64
+import gzip
 import hashlib
 import json
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
-from pipeline import referrers, signing, verify
-from pipeline.errors import NotVerified, RegistryUnreachable
+from pipeline import attest, index_push, publish, registry, statements, verify, zstd_push
+from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable
+from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
+from pipeline.statements import Subject
+from tests.records import run_folder, validation
 
 pytestmark = pytest.mark.unit
 
+REPO = "proven"
+Answer = tuple[int, dict, bytes]
 
-class Crafted(BaseHTTPRequestHandler):
-    routes: dict[str, tuple[int, dict, bytes]] = {}
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        status, headers, body = self.routes.get(self.path.split("?")[0], (404, {}, b'{"errors":[]}'))
+class Handler(BaseHTTPRequestHandler):
+    server: Server  # type: ignore[assignment]
+
+    def answer(self):
+        self.server.seen.append((self.command, self.path, dict(self.headers)))
+        route = self.server.routes.get(self.path.split("?")[0]) or self.server.routes.get(self.path)
+        if callable(route):
+            return route(self)
+        status, headers, body = route or (404, {}, b'{"errors":[]}')
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = answer  # noqa: N815
 
     def log_message(self, *args):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    """A registry whose answers the test writes: routes[path] = (status, headers, body) or a handler function."""
+
+    daemon_threads = True
+
+    def __init__(self, address: str = "127.0.0.1"):
+        super().__init__((address, 0), Handler)
+        self.routes: dict = {}
+        self.seen: list[tuple[str, str, dict]] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def host(self) -> str:
+        return f"{self.server_address[0]}:{self.server_address[1]}"
+
+    def put(self, path: str, body: bytes, media: str = "application/octet-stream", status: int = 200, **headers) -> None:
+        self.routes[f"/v2/{REPO}/{path}"] = (status, {"Content-Type": media, **headers}, body)
+
+    def blob(self, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.put(f"blobs/{digest}", data)
+        return digest
+
+    def manifest(self, body: dict, *names: str) -> tuple[str, int]:
+        data = json.dumps(body).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        for name in (digest, *names):
+            self.put(f"manifests/{name}", data, body.get("mediaType", registry.OCI_MANIFEST))
+        return digest, len(data)
+
+
 @pytest.fixture
-def registry():
-    """(host:port, routes): a server whose answers the test writes into routes."""
-    routes: dict[str, tuple[int, dict, bytes]] = {}
-    handler = type("Handler", (Crafted,), {"routes": routes})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", routes
-    server.shutdown()
+def server():
+    crafted = Server()
+    yield crafted
+    crafted.shutdown()
 
 
 @pytest.fixture(scope="module")
-def public_key(tmp_path_factory):
-    return signing.keygen(tmp_path_factory.mktemp("keys") / "k")[1]
+def keys(tmp_path_factory):
+    private, public, _ = attest.keygen(tmp_path_factory.mktemp("keys") / "k")
+    return attest.KeySource(private), public
 
 
-def manifest(body: dict) -> tuple[bytes, str]:
-    data = json.dumps(body).encode()
-    return data, "sha256:" + hashlib.sha256(data).hexdigest()
+def image(server: Server, tag: str = "2.9-cu128") -> tuple[str, str]:
+    """A pushed image: its digest and config digest."""
+    config = server.blob(json.dumps({"config": {"Labels": {}}}).encode())
+    digest, _ = server.manifest(
+        {"schemaVersion": 2, "mediaType": registry.OCI_MANIFEST, "config": {"digest": config}, "layers": []}, tag
+    )
+    return digest, config
 
 
-IMAGE, IMAGE_DIGEST = manifest(
-    {"schemaVersion": 2, "mediaType": referrers.OCI_MANIFEST, "config": {"digest": "sha256:" + "c" * 64}, "layers": []}
-)
+def envelopes(keys, tmp_path: Path, digest: str, config: str, run: str, signed_at: str, gpu: bool) -> list[tuple[str, bytes]]:
+    """One run's six statements about the image, signed by the signer: (kind, envelope)."""
+    folder = tmp_path / run
+    run_folder(folder, ref=f"h/{REPO}", digest=digest, image_id=config, record=validation(gpu=gpu))
+    stmts = publish.image_statements(folder, Subject(f"h/{REPO}", digest, run=run, signed_at=signed_at))
+    _, signed = attest.sign(keys[0], stmts)
+    return [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed, strict=True)]
+
+
+def artifacts(server: Server, digest: str, signed: list[tuple[str, bytes]], created: str) -> list[dict]:
+    """Each envelope as an artifact about `digest`, with the (unsigned) creation annotation the test chooses."""
+    out = []
+    for kind, envelope in signed:
+        layer = server.blob(envelope)
+        notes = {PREDICATE_ANNOTATION: statements.PREDICATES[kind], CREATED_ANNOTATION: created}
+        body = {
+            "schemaVersion": 2,
+            "mediaType": registry.OCI_MANIFEST,
+            "artifactType": ENVELOPE_MEDIA_TYPE,
+            "config": {"mediaType": registry.EMPTY_MEDIA_TYPE, "digest": server.blob(b"{}"), "size": 2},
+            "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": layer, "size": len(envelope)}],
+            "subject": {"mediaType": registry.OCI_MANIFEST, "digest": digest, "size": 1},
+            "annotations": notes,
+        }
+        artifact, size = server.manifest(body)
+        out.append(
+            {
+                "mediaType": registry.OCI_MANIFEST,
+                "digest": artifact,
+                "size": size,
+                "artifactType": ENVELOPE_MEDIA_TYPE,
+                "annotations": notes,
+            }
+        )
+    return out
+
+
+def list_referrers(server: Server, digest: str, descriptors: list[dict], **headers) -> None:
+    """The referrers API's answer for `digest`."""
+    body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": descriptors}).encode()
+    server.put(f"referrers/{digest}", body, registry.OCI_INDEX, **headers)
+
+
+def now_minus(days: int) -> str:
+    return time.strftime(statements.TIME_FORMAT, time.gmtime(time.time() - days * 86400))
+
+
+# --------------------------------------------------------------------------- the order is the signed one
+
+
+def test_the_newest_signed_run_decides_not_the_registrys_annotations(server, keys, tmp_path):
+    """An old CPU-only (WARNED) run wrapped in artifacts dated 9999 against a newer PASSED one dated 2000:
+    the signed times decide, so the GPU proof stands (it lost to the annotations before)."""
+    digest, config = image(server)
+    old = artifacts(
+        server, digest, envelopes(keys, tmp_path, digest, config, "old", now_minus(30), gpu=False), "9999-12-31T00:00:00Z"
+    )
+    new = artifacts(
+        server, digest, envelopes(keys, tmp_path, digest, config, "new", now_minus(1), gpu=True), "2000-01-01T00:00:00Z"
+    )
+    list_referrers(server, digest, old + new)
+    record = verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1], verify.Policy(require_gpu=True))
+    assert record["images"][0]["run"] == "new" and record["images"][0]["test_result"]["result"] == "PASSED"
+
+
+def test_a_dropped_statement_of_the_newest_run_is_refused_not_filled_in_from_an_older_run(server, keys, tmp_path):
+    digest, config = image(server)
+    old = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "old", now_minus(30), gpu=False), "x")
+    new = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "new", now_minus(1), gpu=True), "x")
+    dropped = [d for d in new if d["annotations"][PREDICATE_ANNOTATION] != statements.PREDICATES["test-result"]]
+    list_referrers(server, digest, old + dropped)
+    with pytest.raises(NotVerified, match="statements of different runs are mixed.*test-result from run old"):
+        verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
+
+
+def test_an_incomplete_run_is_refused(server, keys, tmp_path):
+    digest, config = image(server)
+    run = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "only", now_minus(1), gpu=True), "x")
+    list_referrers(server, digest, [d for d in run if d["annotations"][PREDICATE_ANNOTATION] != statements.PREDICATES["vex"]])
+    with pytest.raises(NotVerified, match="incomplete: no signed vex statement"):
+        verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
+
+
+# --------------------------------------------------------------------------- bounded reading, one deadline
+
+
+# build.py run as a user runs it, then its peak resident memory since exec (VmHWM; getrusage would count
+# the forked pytest's pages too) written where the test reads it.
+PEAK_PROBE = """
+import runpy, sys
+sys.argv = ["build.py", *sys.argv[2:]]
+try:
+    runpy.run_path("build.py", run_name="__main__")
+finally:
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    open(PEAK_FILE, "w").write(hwm.split()[1])
+"""
+
+
+def verify_cli(server: Server, *extra: str, key: Path) -> tuple[subprocess.CompletedProcess, float, int]:
+    """`build.py verify` in its own process: (what it did, seconds, its peak memory in MB)."""
+    peak = key.parent / f"peak-{time.monotonic_ns()}"
+    probe = PEAK_PROBE.replace("PEAK_FILE", repr(str(peak)))
+    argv = [sys.executable, "-c", probe, "-", "verify", f"{server.host}/{REPO}:2.9-cu128", "--key", str(key), *extra]
+    start = time.monotonic()
+    done = subprocess.run(argv, cwd=attest.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - start, int(peak.read_text()) // 1024
+
+
+def one_line(done: subprocess.CompletedProcess, code: int, phrase: str) -> None:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == code and len(lines) == 1 and phrase in lines[0], (done.returncode, done.stderr[-2000:])
+
+
+def test_a_referrers_page_that_links_to_itself_is_refused_at_once(server, keys):
+    digest, _ = image(server)
+    list_referrers(server, digest, [], Link=f'</v2/{REPO}/referrers/{digest}>; rel="next"')
+    done, seconds, _ = verify_cli(server, "--timeout", "10", key=keys[1])
+    one_line(done, 1, "registry data refused: the referrers pages of")
+    assert seconds < 10
+
+
+def test_a_100_mb_page_is_refused_and_verify_stays_small(server, keys):
+    digest, _ = image(server)
+    page = b'{"manifests": [' + b" " * (100 * 2**20) + b"]}"
+    server.put(f"referrers/{digest}", gzip.compress(page, 1), registry.OCI_INDEX, **{"Content-Encoding": "gzip"})
+    done, seconds, peak_mb = verify_cli(server, key=keys[1])
+    one_line(done, 1, "registry data refused: the referrers of")
+    assert "larger than 4 MiB" in done.stderr and seconds < 30 and peak_mb < 200, (seconds, peak_mb)
+    print(f"verify against a 100 MB page: {seconds:.2f} s, peak {peak_mb} MB")
+
+
+def test_ten_thousand_referrers_are_refused(server, keys):
+    digest, _ = image(server)
+    entry = {"mediaType": registry.OCI_MANIFEST, "digest": "sha256:" + "f" * 64, "size": 1, "artifactType": ENVELOPE_MEDIA_TYPE}
+    pages = [[entry] * 1000 for _ in range(10)]
+    for i, page in enumerate(pages):  # ten pages of a thousand: over the cap before the page cap
+        path = f"referrers/{digest}" + (f"?page={i}" if i else "")
+        following = {"Link": f'</v2/{REPO}/referrers/{digest}?page={i + 1}>; rel="next"'} if i < 9 else {}
+        body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": page}).encode()
+        server.routes[f"/v2/{REPO}/{path}"] = (200, {"Content-Type": registry.OCI_INDEX, **following}, body)
+    done, seconds, _ = verify_cli(server, key=keys[1])
+    one_line(done, 1, f"has more than {registry.MAX_REFERRERS} referrers")
+    assert seconds < 30
+
+
+def test_a_ten_thousand_deep_envelope_is_refused_not_a_traceback(server, keys, tmp_path):
+    digest, config = image(server)
+    deep = b'{"payload": ' + b"[" * 10_000 + b"]" * 10_000 + b', "signatures": []}'
+    artifacts_ = artifacts(server, digest, [("test-result", deep)], "x")
+    list_referrers(server, digest, artifacts_)
+    done, seconds, _ = verify_cli(server, key=keys[1])
+    one_line(done, 1, "registry data refused")
+    assert "nested deeper than 64 levels" in done.stderr and seconds < 30
+
+
+def test_a_registry_that_drips_its_answer_is_cut_off_at_the_deadline(server, keys):
+    digest, _ = image(server)
+
+    def drip(handler):
+        handler.send_response(200)
+        handler.send_header("Content-Type", registry.OCI_INDEX)
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        for _ in range(1000):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.5)
+
+    server.routes[f"/v2/{REPO}/referrers/{digest}"] = drip
+    done, seconds, _ = verify_cli(server, "--timeout", "4", key=keys[1])
+    one_line(done, 6, "did not finish answering within 4 s")
+    assert seconds < 4 + 5, seconds  # the deadline, plus the interpreter's start
+
+
+# --------------------------------------------------------------------------- malformed answers
 
 
 @pytest.mark.parametrize(
     "answer",
     [
         (200, {"Content-Type": "text/html"}, b"<html>login</html>"),
-        (200, {"Content-Type": referrers.OCI_MANIFEST}, b"[1, 2]"),
-        (200, {"Content-Type": referrers.OCI_MANIFEST}, b'{"config": "a string"}'),
+        (200, {"Content-Type": registry.OCI_MANIFEST}, b"[1, 2]"),
+        (200, {"Content-Type": registry.OCI_MANIFEST}, b'{"config": "a string"}'),
     ],
     ids=["html", "a-list", "config-a-string"],
 )
-def test_a_malformed_manifest_is_one_line_not_verified(registry, public_key, answer):
-    host, routes = registry
-    routes["/v2/proven/manifests/tag"] = answer
+def test_a_malformed_manifest_is_one_line_not_verified(server, keys, answer):
+    server.routes[f"/v2/{REPO}/manifests/tag"] = answer
     with pytest.raises(NotVerified) as err:
-        verify.verify(f"{host}/proven:tag", public_key)
+        verify.verify(f"{server.host}/{REPO}:tag", keys[1])
     assert "\n" not in str(err.value)
 
 
@@ -83,41 +305,134 @@ def test_a_malformed_manifest_is_one_line_not_verified(registry, public_key, ans
     [b"not json", b'{"manifests": "x"}', b'{"manifests": [{"artifactType": "x"}]}', b'{"manifests": ["x"]}'],
     ids=["not-json", "manifests-a-string", "no-digest", "a-string-entry"],
 )
-def test_a_malformed_referrers_tag_is_one_line_not_verified(registry, public_key, index):
-    host, routes = registry
-    routes["/v2/proven/manifests/tag"] = (200, {"Content-Type": referrers.OCI_MANIFEST}, IMAGE)
-    routes[f"/v2/proven/manifests/{referrers.fallback_tag(IMAGE_DIGEST)}"] = (200, {"Content-Type": referrers.OCI_INDEX}, index)
-    with pytest.raises(NotVerified) as err:
-        verify.verify(f"{host}/proven:tag", public_key)
+def test_a_malformed_referrers_tag_is_one_line_registry_data_refused(server, keys, index):
+    digest, _ = image(server, "tag")
+    server.put(f"manifests/{registry.fallback_tag(digest)}", index, registry.OCI_INDEX)
+    with pytest.raises(RegistryDataRefused) as err:
+        verify.verify(f"{server.host}/{REPO}:tag", keys[1])
     assert "\n" not in str(err.value)
 
 
-def test_a_referrers_api_that_refuses_is_not_read_as_no_statements(registry, public_key):
+def test_a_referrers_api_that_refuses_is_not_read_as_no_statements(server, keys):
     """A 401 or 5xx from the referrers API says the registry refused, not "pushed unsigned"."""
-    host, routes = registry
-    routes["/v2/proven/manifests/tag"] = (200, {"Content-Type": referrers.OCI_MANIFEST}, IMAGE)
-    routes[f"/v2/proven/referrers/{IMAGE_DIGEST}"] = (503, {}, b"busy")
+    digest, _ = image(server, "tag")
+    server.put(f"referrers/{digest}", b"busy", status=503)
     with pytest.raises(RegistryUnreachable, match="answered 503"):
-        verify.verify(f"{host}/proven:tag", public_key)
+        verify.verify(f"{server.host}/{REPO}:tag", keys[1])
 
 
-def test_an_oversized_manifest_is_refused(registry, public_key):
-    host, routes = registry
-    routes["/v2/proven/manifests/tag"] = (200, {}, b" " * (referrers.MAX_MANIFEST + 1))
-    with pytest.raises(NotVerified, match="larger than 4 MiB"):
-        verify.verify(f"{host}/proven:tag", public_key)
+def test_an_oversized_manifest_is_refused(server, keys):
+    server.put("manifests/tag", b" " * (registry.MAX_MANIFEST + 1))
+    with pytest.raises(RegistryDataRefused, match="larger than 4 MiB"):
+        verify.verify(f"{server.host}/{REPO}:tag", keys[1])
+
+
+# --------------------------------------------------------------------------- credentials stay with their host
+
+
+@pytest.fixture
+def login(tmp_path, monkeypatch):
+    """A `docker login` for a registry host, in a DOCKER_CONFIG of the test's own."""
+
+    def for_host(host: str) -> str:
+        secret = base64.b64encode(b"user:s3cret-password").decode()
+        (tmp_path / "config.json").write_text(json.dumps({"auths": {host: {"auth": secret}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+        return secret
+
+    return for_host
+
+
+def authorizations(server: Server) -> list[str]:
+    return [h.get("Authorization", "") for _, _, h in server.seen if h.get("Authorization")]
+
+
+def test_the_registrys_own_401_gets_the_login_at_the_token_service_it_names(server, login):
+    """Docker Hub's way: registry-1 answers 401 naming auth.docker.io; the login goes to that realm."""
+    secret = login(server.host)
+    token = Server("127.0.0.2")
+    try:
+        token.routes["/token"] = (200, {"Content-Type": "application/json"}, b'{"token": "t0ken"}')
+        challenge = f'Bearer realm="http://{token.host}/token",service="test"'
+        server.routes[f"/v2/{REPO}/manifests/tag"] = lambda h: (
+            _unauthorized(h, challenge) if "Authorization" not in h.headers else _json(h, {"config": {}})
+        )
+        client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:tag"))
+        assert client.manifest("tag") is not None
+        assert authorizations(token) == [f"Basic {secret}"] and authorizations(server) == ["Bearer t0ken"]
+    finally:
+        token.shutdown()
+
+
+def test_a_redirect_to_another_host_never_carries_the_login(server, login, keys):
+    """The registry redirects to a second loopback address, which asks for a login: none is given."""
+    login(server.host)
+    other = Server("127.0.0.2")
+    try:
+        other.routes["/token"] = (200, {"Content-Type": "application/json"}, b'{"token": "stolen"}')
+        other.routes[f"/v2/{REPO}/manifests/tag"] = lambda h: _unauthorized(h, f'Bearer realm="http://{other.host}/token"')
+        server.put("manifests/tag", b"", status=307, Location=f"http://{other.host}/v2/{REPO}/manifests/tag")
+        with pytest.raises(RegistryUnreachable, match=f"{other.host}, not the registry, asked for a login; none was sent"):
+            verify.verify(f"{server.host}/{REPO}:tag", keys[1])
+    finally:
+        other.shutdown()
+    assert authorizations(other) == [] and not any(path == "/token" for _, path, _ in other.seen)
+
+
+def test_a_next_link_to_another_host_is_refused_and_never_followed(server, keys):
+    digest, _ = image(server)
+    other = Server("127.0.0.2")
+    try:
+        list_referrers(server, digest, [], Link=f'<http://{other.host}/v2/{REPO}/referrers/{digest}>; rel="next"')
+        with pytest.raises(RegistryDataRefused, match=f"links to {other.host}, another host"):
+            verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
+        assert other.seen == []
+    finally:
+        other.shutdown()
+
+
+def _unauthorized(handler, challenge: str):
+    handler.send_response(401)
+    handler.send_header("WWW-Authenticate", challenge)
+    handler.send_header("Content-Length", "0")
+    handler.end_headers()
+
+
+def _json(handler, body: dict):
+    data = json.dumps(body).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", registry.OCI_MANIFEST)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+# --------------------------------------------------------------------------- plain HTTP: one rule, every path
 
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("localhost:5000", True), ("127.0.0.1:5000", True), ("[::1]:5000", True), ("127.evil.example", False), ("ghcr.io", False)],
+    [
+        ("localhost:5000", True),
+        ("127.0.0.1:5000", True),
+        ("[::1]:5000", True),
+        ("127.evil.example", False),
+        ("127.1:5000", False),
+        ("ghcr.io", False),
+    ],
 )
-def test_only_this_machines_registry_is_spoken_to_without_tls(host, loopback):
-    ref = referrers.ImageRef(host, "r", "t")
+def test_only_a_registry_written_as_loopback_is_spoken_to_without_tls(host, loopback):
+    ref = registry.ImageRef(host, "r", "t")
     assert ref.loopback is loopback and ref.base.startswith("http://" if loopback else "https://")
+    plain = f"{host}/r"
+    assert (zstd_push._tls_args(plain, "--dest-tls-verify") == ["--dest-tls-verify=false"]) is loopback  # skopeo
+    assert (index_push._insecure(plain) == ["--insecure"]) is loopback  # docker manifest
 
 
-def test_an_accepted_advisory_past_its_expiry_is_caught():
-    vulns = {"scanner": {"result": [{"id": "PYSEC-1", "annotations": [{"accepted": "why"}, {"expires": "2026-06-01"}]}]}}
-    assert verify.lapsed(vulns, dt.date(2026, 12, 5)) == ["PYSEC-1 (accepted until 2026-06-01)"]
-    assert verify.lapsed(vulns, dt.date(2026, 5, 1)) == []
+def test_a_push_to_a_name_that_resolves_to_loopback_or_that_docker_calls_insecure_is_refused():
+    assert "resolves to 127.0.0.1" in registry.plain_http_refusal("127.1:5000")
+    assert registry.plain_http_refusal("127.0.0.1:5000") is None and registry.plain_http_refusal("localhost:5000") is None
+    assert "lists registry.lan:5000 as an insecure registry" in registry.plain_http_refusal(
+        "registry.lan:5000", {"registry.lan:5000": False}
+    )
+    assert registry.plain_http_refusal("unresolvable.invalid:5000", {}) is None  # the push fails on its own
