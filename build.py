@@ -60,10 +60,11 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
         n: sub.add_parser(n, help=t, description=f"build.py {n}: {t}", epilog=EPILOG, formatter_class=fmt)
         for n, t in COMMANDS.items()
     }
+
+    into = {**cmds, "list": cmds["list"].add_mutually_exclusive_group()}  # list prints one thing: two of its flags exit 2
+    flags: dict[str, list[str]] = {name: ["--debug"] for name in COMMANDS}
     for command in cmds.values():  # --debug before or after the command; SUPPRESS keeps the global value when absent
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=HELP["--debug"])
-    into = {**cmds, "list": cmds["list"].add_mutually_exclusive_group()}  # list prints one thing: two of its flags exit 2
-    flags: dict[str, list[str]] = {name: [] for name in COMMANDS}
 
     def add(names: str, *options: str, **settings: Any) -> None:
         for name in names.split():

@@ -78,7 +78,7 @@ def _remove_images(result) -> None:
     for ref in [*result.tags, result.stamped_id, result.validated_id]:
         try:
             client.images.remove(ref, force=True)
-        except Exception:  # noqa: BLE001 - already gone (removing a tag may remove the image)
+        except docker_env.sdk_errors():  # already gone (removing a tag may remove the image)
             pass
 
 

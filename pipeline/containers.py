@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from pipeline.docker_env import sdk_errors
 from pipeline.hostprocs import step
 
 ROLE_LABEL = {"io.proven-torch.role": "validation"}
@@ -42,7 +43,7 @@ def fetch_dir(container, path: str) -> dict[str, bytes]:
     """Copy a folder out of a (stopped) container: {relative name: bytes}; {} when it was never written."""
     try:
         stream, _ = container.get_archive(path)
-    except Exception:
+    except sdk_errors():
         return {}
     files = {}
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
@@ -105,7 +106,7 @@ def run_in_image(
         timed_out.set()
         try:
             container.kill()
-        except Exception:
+        except sdk_errors():
             pass
 
     timer = threading.Timer(timeout_s, kill_at_deadline)
@@ -130,7 +131,7 @@ def run_in_image(
         timer.cancel()
         try:
             container.remove(force=True, v=True)
-        except Exception:
+        except sdk_errors():
             pass
     return Finished(
         exit_code=124 if timed_out.is_set() else exit_code,

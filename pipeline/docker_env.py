@@ -61,6 +61,15 @@ def find_build_cli() -> BuildCli:
     )
 
 
+def sdk_errors() -> tuple[type[Exception], ...]:
+    """What the Docker SDK raises when the daemon refuses, a thing is gone or the connection breaks
+    (`except docker_env.sdk_errors():`, the one list; anything else is a bug and surfaces as one)."""
+    import docker.errors
+    import requests
+
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
+
+
 def docker_client():
     """A Docker SDK client that has answered a ping."""
     import docker  # host dependency; imported here so `--help` works without it
@@ -68,7 +77,7 @@ def docker_client():
     try:
         client = docker.from_env(timeout=600)
         client.ping()
-    except Exception as err:  # the SDK raises several unrelated types here
+    except sdk_errors() as err:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise DockerUnavailable(

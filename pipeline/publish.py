@@ -110,7 +110,7 @@ def dependencies(client, variant: Variant, platform: str, base_image: str, commi
     deps.append(_file_digest(dockerfile_path(variant)))
     folder = lock.lock_dir(variant, platform=platform)
     deps += [_file_digest(p) for p in sorted(folder.glob("*.txt"))] if folder.is_dir() else []
-    base = client.images.list(name=base_image)  # the base image a build used; absent: said, not invented
+    base = client.images.list(name=base_image) if base_image else []  # the base image a build used; absent: said, not invented
     if base:
         deps.append(
             {
@@ -258,22 +258,22 @@ def publish(client, tagged: Tagged, target: Target, options: PublishOptions) -> 
     signed: list[dict] = []
     zstd_digest = None
 
-    def sign_what_is_pushed() -> None:
+    def sign_what_is_pushed(key: attest.KeySource) -> None:
         for digest in dict.fromkeys(refs.values()):
             subject = Subject(target.ref, digest, run=options.facts.invocation)
-            signed.append(sign_digest(options.sign_key, target.ref, digest, image_statements(target.run_dir, subject)))
+            signed.append(sign_digest(key, target.ref, digest, image_statements(target.run_dir, subject)))
 
     try:
         for local, remote, form in to_push:
             if options.sign_key and local != tagged.tags[0] and not signed:  # the first moving tag: sign first
-                sign_what_is_pushed()
+                sign_what_is_pushed(options.sign_key)
             if form == "zstd":
                 zstd_digest = zstd_push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
                 refs[f"{target.ref}:{remote}"] = zstd_digest
             else:
                 refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)
         if options.sign_key and not signed:
-            sign_what_is_pushed()
+            sign_what_is_pushed(options.sign_key)
     except PipelineError as err:
         failed = Pushed(
             refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={}, signed=tuple(signed)

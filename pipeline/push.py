@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from pipeline import hostprocs
+from pipeline.docker_env import sdk_errors
 from pipeline.errors import Interrupted, PushFailed, ValidationFailed
 
 # How layers are compressed in the registry (build.py --compression). gzip: every
@@ -72,7 +73,7 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
                     last_report = now
     except (PushFailed, Interrupted):
         raise
-    except Exception as err:
+    except sdk_errors() as err:
         raise PushFailed(
             f"cannot push {ref}:{tag}: {str(err).splitlines()[0][:200]}; is the registry running and reachable?"
         ) from None

@@ -150,7 +150,8 @@ def plain_http_refusal(host: str, insecure: dict[str, bool] | None = None) -> st
         infos = socket.getaddrinfo(ref.hostname, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         return None  # does not resolve: the push fails on its own, over nothing
-    loopback = sorted({info[4][0] for info in infos if ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback})
+    addresses = {str(info[4][0]).split("%")[0] for info in infos}
+    loopback = sorted(a for a in addresses if ipaddress.ip_address(a).is_loopback)
     if loopback:
         return (
             f"{host} is not written as a loopback address but resolves to {', '.join(loopback)}, so Docker would "

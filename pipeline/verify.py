@@ -105,8 +105,8 @@ def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> Ru
             )
     missing = [k for k in kinds if k not in newest]
     if missing:
-        runs = sorted({s.run for s in signed})
-        raise NotVerified(f"{label}: incomplete: no signed {', '.join(missing)} statement (runs found: {', '.join(runs)})")
+        found = sorted({s.run for s in signed})
+        raise NotVerified(f"{label}: incomplete: no signed {', '.join(missing)} statement (runs found: {', '.join(found)})")
     runs = {newest[k].run for k in kinds}
     if len(runs) > 1:
         said = ", ".join(f"{k} from run {newest[k].run} ({newest[k].signed_at:%Y-%m-%d %H:%M:%S})" for k in kinds)
@@ -253,7 +253,7 @@ def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout
         listed = registry.descriptors(registry.as_dict(body, f"{ref}'s index").get("manifests"), f"{ref}'s index")
         vouched = set(runset["test-result"].vouched)
         for child in listed:
-            platform = child.get("platform") if isinstance(child.get("platform"), dict) else {}
+            platform = child["platform"] if isinstance(child.get("platform"), dict) else {}
             name = f"{platform.get('os')}/{platform.get('architecture')}"
             if name == "unknown/unknown":  # BuildKit's attestation manifests are not images
                 continue

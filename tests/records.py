@@ -52,6 +52,14 @@ def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> di
     }
 
 
+def publish_options(**settings):
+    """What `build.py --push` passes the publish path, for tests that push without a build run."""
+    from pipeline.publish import PublishOptions, RunFacts
+
+    facts = RunFacts(command=["pytest"], commit="test", started="2026-01-01T00:00:00Z", invocation="test-run", tools={})
+    return PublishOptions(facts=facts, base_images={}, **settings)
+
+
 def proof_record(gpu: bool = True, ok: bool = True) -> dict:
     """A proof.json as `proof --out` writes it (smoke/proof.py's record), on a GPU host or the CPU."""
     record = validation(gpu=gpu, ok=ok)

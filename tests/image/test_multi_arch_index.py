@@ -76,7 +76,9 @@ def test_a_child_that_is_not_the_validated_image_is_refused(children):
 def test_a_local_build_gives_the_hosts_image_the_lines_plain_tags(docker, matrix, tmp_path):
     """`build.py --cuda C` of a multi-arch line without --push ends with `docker run IMAGE:LINE` working on this
     host: its validated image gets the plain tags too; a pushed build leaves the plain tags to the index."""
-    from pipeline.run import Tagged, Target, host_platform, tag_host_image
+    from pipeline.line import tag_host_image
+    from pipeline.request import host_platform
+    from pipeline.target import Tagged, Target
 
     line = next(v for v in matrix.variants if v.multi_arch)
     image_id = build_tiny(tmp_path, host_platform())

@@ -14,7 +14,6 @@ import sys
 
 import pytest
 
-from pipeline.render import AdvisoryInputs, advisories_section
 from pipeline.variants import REPO_ROOT, resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 
@@ -74,7 +73,7 @@ def test_its_audit_is_the_disclosure_of_its_line(line):
     variant, report, _ = line
     audit = report["validation"]["audit"]
     assert audit["status"] == "pass" and audit["failing"] == []
-    section = advisories_section(variant, AdvisoryInputs.load())
+    section = audit.disclosures([variant])[variant.name]
     assert sorted((r["id"], r["package"]) for r in section["carried"]) == sorted(
         (f["id"], f["package"]) for f in audit["findings"] + audit["allowed"]
     )

@@ -18,12 +18,13 @@ import sys
 import time
 
 import pytest
-from pipeline.run import Target, validate_and_tag
 
 from pipeline import push
 from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.render import dockerfile_path, spec_path
+from pipeline.stamp import validate_and_tag
+from pipeline.target import Target
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, registry_manifest
 
@@ -513,9 +514,10 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_r
 def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, report, tmp_path):
     """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
     moving ones wait in the report for a GPU proof of the pushed digest."""
-    from pipeline.run import Tagged, push_all
-
+    from pipeline.publish import publish
+    from pipeline.target import Tagged
     from pipeline.validation.gate import Validation
+    from tests.records import publish_options
 
     v = report["validation"]
     validation = Validation(
@@ -537,7 +539,7 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=tags, validation=validation)
     push.tag_image(docker, run_result.stamped_id, ref, tags)
     try:
-        pushed = push_all(docker, tagged, _target(variant, tmp_path, ref), hold_moving_tags=True)
+        pushed = publish(docker, tagged, _target(variant, tmp_path, ref), publish_options(hold_moving_tags=True))
         assert list(pushed.refs) == [f"{ref}:{tags[0]}"] and pushed.held_tags == tuple(tags[1:])
         assert registry_manifest(f"{ref}:{tags[0]}").json()["config"]["digest"] == run_result.stamped_id
         for tag in tags[1:]:

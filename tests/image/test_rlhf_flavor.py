@@ -15,8 +15,13 @@ import pytest
 import requests
 
 from pipeline.errors import ValidationFailed
-from pipeline.render import AdvisoryInputs, render_spec
-from pipeline.run import UNSIGNED, BuildConfig, Target, run, validate_and_tag
+from pipeline.line import run
+from pipeline.publish import UNSIGNED
+from pipeline.render import render_spec
+from pipeline.request import BuildConfig
+from pipeline.stamp import validate_and_tag
+from pipeline.target import Target
+from pipeline.validation import audit
 from pipeline.variants import resolve
 from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
 from tests.image.tracked_container import TrackedContainer
@@ -102,7 +107,7 @@ def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
     """Learning rate 0: the reward cannot rise; validation fails at the RLHF gate and tags nothing."""
     gate = dict(rlhf.flavor_gate) | {"learning_rate": 0.0}
     frozen = dataclasses.replace(rlhf, flavor_gate=tuple(gate.items()))
-    spec = render_spec(frozen, AdvisoryInputs.load()).encode()
+    spec = render_spec(frozen, audit.disclosures([frozen])[frozen.name]).encode()
     dockerfile = f"FROM {rlhf_run.validated_id}\nCOPY expect.json /opt/proven-torch/expect.json\n".encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:

@@ -17,8 +17,10 @@ import requests
 
 from pipeline import push, registry, zstd_push
 from pipeline.errors import PushFailed
-from pipeline.run import Tagged, Target, push_all
+from pipeline.publish import publish
+from pipeline.target import Tagged, Target
 from tests.image.conftest import REGISTRY, registry_manifest
+from tests.records import publish_options
 
 pytestmark = pytest.mark.image
 
@@ -93,7 +95,7 @@ def test_a_refused_zstd_push_moves_no_tag(docker, matrix, readonly_registry, tmp
     tagged = Tagged(validated_id=image, stamped_id=image, tags=tags, validation=None)  # the report then says "no validation"
     try:
         with pytest.raises(PushFailed) as err:
-            push_all(docker, tagged, target, compression="zstd")
+            publish(docker, tagged, target, publish_options(compression="zstd"))
         assert "\n" not in str(err.value) and "t-immutable" in str(err.value)
     finally:
         for tag in tags:

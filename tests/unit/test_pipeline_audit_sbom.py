@@ -246,10 +246,11 @@ def test_the_cu121_line_carries_a_critical_one_and_says_so():
 def test_the_cu121_disclosure_names_the_high_advisory_written_with_a_tagged_release():
     """PYSEC-2025-189 says last_affected 2.6.0-cu124: once dropped unseen, now HIGH (CVSS 3.1 7.5) and shown."""
     from common.rules import carried_text
-    from pipeline.render import AdvisoryInputs, advisories_section
+    from pipeline.validation import audit
     from pipeline.variants import load_matrix
 
-    section = advisories_section(load_matrix().by_name("2.5-cu121"), AdvisoryInputs.load())
+    line = load_matrix().by_name("2.5-cu121")
+    section = audit.disclosures([line])[line.name]
     row = next(r for r in section["carried"] if r["id"] == "PYSEC-2025-189")
     assert row["severity"] == "HIGH" and row["package"] == "torch" and row["fixed"] == "no fix stated"
     assert "PYSEC-2025-189" in carried_text(section)

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline.run import BuildConfig, check_request
 
 from pipeline.build_image import build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
 from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
+from pipeline.request import BuildConfig, check_request
 from pipeline.tags import compute_tags, image_ref
+from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 
 pytestmark = pytest.mark.unit
@@ -30,7 +31,7 @@ def cu128(matrix):
 
 
 def test_committed_dockerfiles_are_not_stale(matrix):
-    assert stale_files(matrix) == []
+    assert stale_files(matrix, audit.disclosures(every_variant(matrix))) == []
 
 
 @pytest.mark.parametrize("name", [v.name for v in load_matrix().variants])
@@ -82,7 +83,7 @@ def test_project_files_come_after_every_pip_layer(matrix, cu128):
 
 def test_drift_is_detected(tmp_path, matrix, cu128):
     (tmp_path / "Dockerfile.cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
-    stale = {p.name for p in stale_files(matrix, root=tmp_path)}
+    stale = {p.name for p in stale_files(matrix, audit.disclosures(every_variant(matrix)), root=tmp_path)}
     assert "Dockerfile.cu128" in stale and "Dockerfile.cu118" in stale  # edited and missing
 
 
@@ -313,10 +314,11 @@ def test_readme_variant_table_is_the_matrix(matrix):
 def test_the_rendered_spec_is_accepted_and_a_changed_one_is_named(cu128):
     import json
 
-    from pipeline.render import AdvisoryInputs, render_spec
+    from pipeline.render import render_spec
+    from pipeline.validation import audit
     from pipeline.validation.gate import spec_problem
 
-    spec = render_spec(cu128, AdvisoryInputs.load())
+    spec = render_spec(cu128, audit.disclosures([cu128])[cu128.name])
     assert spec_problem(spec.encode(), cu128) is None
     changed = json.loads(spec)
     changed["expect"]["nccl"] = "0.0.1"

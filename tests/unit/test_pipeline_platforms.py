@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from pipeline.run import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 
-from pipeline import index_push, run
+from pipeline import index_push, request
 from pipeline.errors import MatrixError, PushFailed, UsageError
+from pipeline.request import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -78,7 +78,7 @@ def test_zstd_is_refused_for_several_platforms(matrix):
 
 def test_pushing_an_emulated_platform_needs_allow_cpu_validation_even_on_a_gpu_host(matrix, monkeypatch):
     """Under qemu the image cannot reach the host's GPU: its proof is CPU-only, so pushing it is asked for by name."""
-    monkeypatch.setattr(run, "emulation_problem", lambda platform: None)  # qemu registered, as prepare-host does
+    monkeypatch.setattr(request, "emulation_problem", lambda platform: None)  # qemu registered, as prepare-host does
     multi = next(v for v in matrix.variants if v.multi_arch)
     other = next(p for p in multi.platforms if p != host_platform())
     with pytest.raises(UsageError, match=re.escape(f"{other} runs under emulation")):
@@ -172,9 +172,8 @@ def test_reports_of_a_multi_arch_line_are_found_per_architecture(tmp_path):
 def test_ctrl_c_after_one_platform_says_what_that_platform_left_tagged_and_pushed():
     from types import SimpleNamespace as NS
 
-    from pipeline.run import interrupted
-
     from pipeline.errors import Interrupted
+    from pipeline.line import interrupted
 
     amd = (NS(ref="127.0.0.1:5000/x"), NS(tags=["2.0-cu999-amd64"]))
     pushed = NS(refs={"127.0.0.1:5000/x:2.0-cu999-amd64": "sha256:1"})

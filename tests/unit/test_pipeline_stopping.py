@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from common.procs import alive
+from pipeline import all_lines as matrix_run
 from pipeline import hostprocs
-from pipeline import matrix as matrix_run
 from pipeline.errors import Interrupted, ValidationFailed
-from pipeline.run import BuildConfig
+from pipeline.request import BuildConfig
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_ctrl_c_in_a_matrix_line_stops_the_matrix_naming_the_line(matrix, tmp_pa
             raise ValidationFailed("first line failed")  # a failure: recorded, the matrix goes on
         raise Interrupted("interrupted during the proof; nothing was tagged or pushed")
 
-    monkeypatch.setattr("pipeline.run.run", fake_run)
+    monkeypatch.setattr("pipeline.all_lines.run", fake_run)
     names = [pypi[0].name, pypi[1].name, pypi[0].name]
     with pytest.raises(Interrupted) as err:
         matrix_run.run_matrix(matrix, _config(matrix, tmp_path), names, keep=False)
@@ -132,7 +132,7 @@ def test_a_bare_keyboardinterrupt_between_steps_stops_the_matrix_too(matrix, tmp
     def fake_run(config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("pipeline.run.run", fake_run)
+    monkeypatch.setattr("pipeline.all_lines.run", fake_run)
     line = next(v for v in matrix.variants if v.uses_pypi)
     with pytest.raises(Interrupted, match=f"^matrix stopped in {line.name}: interrupted; lines finished before it: none"):
         matrix_run.run_matrix(matrix, _config(matrix, tmp_path), [line.name], keep=False)
@@ -157,7 +157,7 @@ def test_require_gpu_turns_the_gpu_groups_skip_into_a_failure():
 
 def test_require_gpu_refuses_a_build_on_a_host_without_one(matrix, monkeypatch, tmp_path):
     from pipeline.errors import UsageError
-    from pipeline.run import check_request
+    from pipeline.request import check_request
 
     monkeypatch.setenv("REQUIRE_GPU", "1")
     with pytest.raises(UsageError, match="^REQUIRE_GPU=1 but this host has no GPU visible"):
