@@ -81,13 +81,14 @@ class Interrupted(PipelineError):
 
 EXIT_CODES = {
     0: "success",
-    1: "verify: not verified (the line names the statement and why); any other command: an unexpected internal "
-    "error (a bug: please report it with the traceback from --debug)",
-    UsageError.exit_code: "bad input: unknown CUDA line, nonexistent torch/CUDA combination, malformed matrix, missing file",
+    1: "verify: not verified (the line names the statement and why; 'registry data refused' for data it will not "
+    "read); any other command: an unexpected internal error (a bug: please report it with the traceback from --debug)",
+    UsageError.exit_code: "bad input: unknown CUDA line, nonexistent torch/CUDA combination, malformed matrix, missing file, "
+    "a registry that would be spoken to without TLS, a bad key or passphrase, a command run without the host venv",
     DockerUnavailable.exit_code: "Docker daemon unreachable or no BuildKit-capable docker CLI",
     BuildFailed.exit_code: "docker build failed (network errors reaching the wheel index included)",
-    ValidationFailed.exit_code: "validation failed: the image was not tagged",
-    PushFailed.exit_code: "push failed: registry unreachable or refused (verify: the registry unreachable)",
+    ValidationFailed.exit_code: "validation failed: the image was not tagged (sign: the proof did not pass; nothing signed)",
+    PushFailed.exit_code: "push failed: registry unreachable or refused (verify: the registry unreachable or past --timeout)",
     Interrupted.exit_code: "interrupted (Ctrl-C): the step is stopped with its processes; the message names it and "
     "what the run had already tagged or pushed (nothing is tagged before validation passed)",
 }
