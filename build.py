@@ -104,6 +104,8 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("verify", "--json", action="store_true")
     add("list", "--base-image", metavar="PLATFORM", choices=list(PLATFORMS))
     add("list", "--pin", metavar="PACKAGE", action="append")
+    cmds["list"].add_argument("--here", action="store_true", help=HELP["--here"])  # with the table or --json
+    flags["list"].append("--here")
     add("advisories", "--from", dest="from_dir", type=Path, metavar="DIR|ZIP")
     add("advisories", "--as-of", metavar="YYYY-MM-DD")
     add("advisories", "--source", default="https://github.com/pypa/advisory-database")
@@ -143,9 +145,20 @@ def list_output(matrix: Matrix, args: argparse.Namespace) -> list[str]:
         return [listing.pin_lines(matrix, args.pin)]
     if args.default:
         return [listing.default_variant(matrix)]
+    here = None
+    if args.here:
+        if args.markdown or args.default or args.pin or args.base_image:
+            raise UsageError(
+                "build.py list: --here goes with the table or --json, not with --markdown, --default, --pin or --base-image"
+            )
+        from pipeline.here import probe
+
+        here = probe(
+            matrix, listing.every_variant(matrix), Path(os.environ["BUILD_CA_CERT"]) if os.environ.get("BUILD_CA_CERT") else None
+        )
     if args.json:
-        return [listing.matrix_json(matrix)]
-    return [listing.variant_table_markdown(matrix) if args.markdown else listing.variant_table_text(matrix)]
+        return [listing.matrix_json(matrix, here)]
+    return [listing.variant_table_markdown(matrix) if args.markdown else listing.variant_table_text(matrix, here)]
 
 
 def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:

@@ -56,6 +56,8 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--markdown": "print the table as Markdown (the README's)",
     "--json": "print JSON: list: the matrix (what CI's workflows read); verify: what was checked and found",
     "--default": "print the default variant's name (what scripts build)",
+    "--here": "also say whether this host can build each line, and if not why and what to do (probes the wheel indexes, qemu, "
+    "Docker and the GPU, a few seconds; plain list probes nothing)",
     "--base-image": "print the base image for PLATFORM (linux/amd64 or linux/arm64: docker-library's per-architecture name), what scripts/prepare-host.sh "
     "pulls or makes",
     "--pin": "print the matrix's requirement line for PACKAGE (from [packages] or a flavor's), e.g. gymnasium==X.Y.Z, or every line of a flavor when PACKAGE "

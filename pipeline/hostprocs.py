@@ -34,6 +34,7 @@ DEADLINES: dict[str, float] = {
     "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
     # Not host commands, but waits of the pipeline all the same (pipeline.registry):
     "verify": 30,  # everything one `build.py verify` asks of registries (--timeout)
+    "index probe": 5,  # `build.py list --here`: one wheel index asked whether it answers
     "registry request": 30,  # one registry request, to connect or to send its next bytes
 }
 GRACE_S = 10.0  # between SIGTERM and SIGKILL

@@ -43,23 +43,40 @@ def variant_table_markdown(matrix: Matrix) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in _listed(matrix):
-        name = f"**{v.name}** (default)" if v.is_default else v.name
+        name = (f"**{v.name}** (default)" if v.is_default else v.name) + _mark(matrix, v)
         rows.append(
             f"| {name} | {v.cuda} | {v.torch} | {v.torchvision} | {v.torchaudio} | {v.python} | {v.min_driver} | {_arches(v)} | {_scoped(carried[v.name])} "
             f"| {_source(v, carried[v.name])} | {v.note} |"
         )
-    return "\n".join(rows)
+    return "\n".join(rows + ["", *_footnotes(matrix)] if _footnotes(matrix) else rows)
 
 
-def variant_table_text(matrix: Matrix) -> str:
-    """`build.py list`: the matrix for a terminal, each line with how it builds, its platforms and what it carries."""
+def _noted(matrix: Matrix) -> list[Variant]:
+    """The lines whose pins need a word: a package that is not at torch's own release."""
+    return [v for v in matrix.variants if v.pins_note]
+
+
+def _mark(matrix: Matrix, variant: Variant) -> str:
+    noted = [v.name for v in _noted(matrix)]
+    return f" [{noted.index(variant.name) + 1}]" if variant.name in noted and not variant.flavored else ""
+
+
+def _footnotes(matrix: Matrix) -> list[str]:
+    return [f"[{i}] {v.name}: {v.pins_note}." for i, v in enumerate(_noted(matrix), 1)]
+
+
+def variant_table_text(matrix: Matrix, here: dict | None = None) -> str:
+    """`build.py list`: the matrix for a terminal, each line with how it builds, its platforms and what it carries;
+    `here` (pipeline.here.probe's answers): whether this host can build each line."""
     carried = carried_advisories(matrix)
     rows = [f"{'variant':15} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index"]
     for v in _listed(matrix):
         star = "*" if v.is_default else " "
         rows.append(
-            f"{v.name + star:15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
+            f"{v.name + star + _mark(matrix, v):15} {v.cuda:5} {v.torch:7} {v.torchvision:12} {v.torchaudio:11} {v.python:7} {v.min_driver:10} {v.index}"
         )
+        if here is not None and v.name in here:
+            rows.append(f"{'':15} buildable here: {here[v.name].line()}")
         rows.append(f"{'':15} builds from: {_source(v, carried[v.name])}")
         rows.append(f"{'':15} platforms: {_arches(v)}" + (f" ({v.platforms_note})" if v.platforms_note else ""))
         rows.append(f"{'':15} advisories, {carried[v.name]['audited']}: {carried_text(carried[v.name])}")
@@ -71,6 +88,7 @@ def variant_table_text(matrix: Matrix) -> str:
         f"line has no committed lock), PyPA data as of {first['as_of']} (images/advisories/); high and critical "
         "accepted in images/audit-allowlist.toml"
     )
+    rows += _footnotes(matrix)
     rows.append(signing_line())
     return "\n".join(rows)
 
@@ -113,7 +131,7 @@ def _whole_lock(section: dict) -> bool:
     return section["audited"] == WHOLE_LOCK
 
 
-def matrix_json(matrix: Matrix) -> str:
+def matrix_json(matrix: Matrix, here: dict | None = None) -> str:
     """The variant matrix as JSON for CI (GitHub Actions reads it with fromJSON): one entry per
     variant and per flavor of a variant (build it with --cuda, --torch and --flavor), with the
     platforms it is built for (the release builds a multi-arch line's arm64 image on an Arm runner)."""
@@ -127,6 +145,8 @@ def matrix_json(matrix: Matrix) -> str:
                 "default": v.is_default,
                 "platforms": list(v.platforms),
                 "multi_arch": v.multi_arch,
+                **({"pins_note": v.pins_note} if v.pins_note else {}),
+                **({"here": here[v.name].as_dict()} if here is not None and v.name in here else {}),
             }
             for v in every_variant(matrix)
         ],

@@ -116,6 +116,8 @@ class Variant:
     # one only, why (`platforms_note`: no CUDA wheel of the line's torch for the other).
     platforms: tuple[str, ...] = (AMD64,)
     platforms_note: str = ""
+    # Why a package's pin is not torch's own release (`pins_note`): `build.py list` footnotes it.
+    pins_note: str = ""
     # gymnasium's extras ([gymnasium] extras), those a platform or an unlocked line leaves out with
     # the reason ({platform or "unlocked": {extra: reason}}), and the lock's overrides.
     gymnasium_extras: tuple[str, ...] = ()
@@ -333,6 +335,7 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
             Variant(
                 name=name,
                 note=str(table.get("note", "")),
+                pins_note=str(table.get("pins_note", "")),
                 platforms=platforms,
                 platforms_note=platforms_note,
                 python=project["python"],

@@ -138,13 +138,14 @@ def test_the_json_has_one_entry_per_variant_and_flavor(matrix):
     entries = json.loads(_cli("list", "--json").stdout)
     assert [e["variant"] for e in entries] == [v.name for v in every_variant(matrix)]
     assert sum(e["default"] for e in entries) == 1
-    assert all(set(e) == {"variant", "cuda", "torch", "flavor", "default", "platforms", "multi_arch"} for e in entries)
+    keys = {"variant", "cuda", "torch", "flavor", "default", "platforms", "multi_arch"}
+    assert all(set(e) - {"pins_note"} == keys for e in entries)  # a line whose pins need a word has its note too
 
 
 def test_the_table_lists_each_line_with_its_flavors_and_ends_with_the_key(matrix):
     text = listing.variant_table_text(matrix)
     assert text.splitlines()[0].startswith("variant ")
-    assert text.splitlines()[-2].startswith("* default; advisories:")
+    assert text.splitlines()[-3].startswith("* default; advisories:") and text.splitlines()[-2].startswith("[1] ")
     assert text.splitlines()[-1].startswith("signing: ")
     default = listing.default_variant(matrix)
     assert any(line.startswith(f"{default}*") for line in text.splitlines())
@@ -255,3 +256,31 @@ def test_debug_is_taken_before_or_after_the_command():
     assert parser.parse_args(["list", "--debug"]).debug is True
     assert parser.parse_args(["--debug", "list"]).debug is True
     assert parser.parse_args(["list"]).debug is False
+
+
+# --- list --here: can this host build it? ------------------------------------------------
+
+
+def test_list_here_names_an_unreachable_index_and_what_to_do(tmp_path):
+    """A line whose wheel index does not answer (a name under .invalid never resolves) is not buildable here,
+    and says why and what builds it instead; plain `list --json` probes nothing and says nothing of it."""
+    text = (
+        (REPO_ROOT / "images" / "variants.toml")
+        .read_text()
+        .replace("https://download.pytorch.org/whl/cu118", "https://index.invalid/whl/cu118")
+    )
+    (tmp_path / "variants.toml").write_text(text)
+    done = _cli("--matrix", str(tmp_path / "variants.toml"), "list", "--json", "--here")
+    lines = {entry["variant"]: entry for entry in json.loads(done.stdout)}
+    here = lines["2.7-cu118"]["here"]
+    assert here["buildable"] is False and "its wheel index https://index.invalid/whl/cu118 is unreachable" in here["why"]
+    assert "release workflow" in here["fix"] and here["validates_on"]
+    assert "here" not in json.loads(_cli("list", "--json").stdout)[0]
+
+
+def test_a_line_whose_packages_skip_a_release_says_why_in_a_footnote(matrix):
+    noted = [v for v in matrix.variants if v.pins_note]
+    assert [v.name for v in noted] == ["2.15-cu132"] and "torchaudio" in noted[0].pins_note
+    text = listing.variant_table_text(matrix)
+    assert "2.15-cu132  [1]" in text and f"[1] 2.15-cu132: {noted[0].pins_note}." in text
+    assert f"[1] 2.15-cu132: {noted[0].pins_note}." in listing.variant_table_markdown(matrix)

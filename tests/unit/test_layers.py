@@ -37,7 +37,7 @@ PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
         "pipeline.validation.gate", "pipeline.report", "pipeline.target", "pipeline.request", "pipeline.stamp",
         "pipeline.publish", "pipeline.verify",
     }),
-    ("runs and commands", {"pipeline.line", "pipeline.all_lines", "pipeline.commands"}),
+    ("runs and commands", {"pipeline.line", "pipeline.all_lines", "pipeline.commands", "pipeline.here"}),
 ]  # fmt: skip
 # What scripts/ may import from pipeline/: the functions build.py's commands use, and the data they pass.
 PUBLIC = {

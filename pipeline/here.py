@@ -1,0 +1,91 @@
+"""Can this host build a line, and if not, why and what to do (`build.py list --here`): the same checks
+`build.py build` makes before it builds (the wheel index's reach, qemu for another platform, Docker),
+and what it would validate on (a GPU, or the CPU only). Probed only when asked; every probe bounded
+(hostprocs.DEADLINES "index probe", each distinct index once, at the same time)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipeline import build_image, docker_env
+from pipeline.errors import PipelineError
+from pipeline.hostprocs import DEADLINES
+from pipeline.request import emulation_problem, host_platform
+from pipeline.variants import Matrix, Variant, arch
+
+
+@dataclass(frozen=True)
+class Here:
+    buildable: bool
+    why: str  # why not, or "" when nothing stands in the way
+    fix: str  # what to do about it
+    platforms: dict[str, str]  # arch -> "yes" or why not
+    validates_on: str  # "a GPU" or "the CPU only"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        if not self.buildable:
+            return f"no: {self.why}; {self.fix}; validates on {self.validates_on}"
+        others = [f"{a}: {w}" for a, w in self.platforms.items() if w.startswith("no")]
+        return "yes" + (f" ({'; '.join(others)}; {self.fix})" if others else "") + f"; validates on {self.validates_on}"
+
+
+def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict[str, Here]:
+    """Each variant's answer, by name."""
+    indexes = sorted({v.index for v in variants if not v.uses_pypi})
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(indexes))) as pool:
+        reach = dict(
+            zip(
+                indexes,
+                pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes),
+                strict=True,
+            )
+        )
+    try:
+        docker_env.docker_client()
+        docker = ""
+    except PipelineError as err:
+        docker = str(err)
+    gpus = docker_env.host_gpu_count()
+    validates_on = (
+        f"{gpus} GPU(s)" if gpus else "the CPU only (no GPU here: --push needs --allow-cpu-validation, --require-gpu is refused)"
+    )
+    host = host_platform()
+    out = {}
+    for v in variants:
+        platforms = {
+            arch(p): "yes" if p == host else (f"no: {why}" if (why := emulation_problem(p)) else "yes, under qemu")
+            for p in v.platforms
+        }
+        if docker:
+            out[v.name] = Here(False, f"no Docker here ({docker})", "run `bash scripts/prepare-host.sh`", platforms, validates_on)
+        elif (why := reach.get(v.index)) is not None:
+            out[v.name] = Here(
+                False,
+                f"its wheel index {v.index} is unreachable from this host ({why})",
+                "the release workflow builds it (.github/workflows/release.yml), or a host that reaches the index; "
+                f"{_pypi_lines(matrix, v)}",
+                platforms,
+                validates_on,
+            )
+        elif all(w.startswith("no") for w in platforms.values()):
+            out[v.name] = Here(
+                False, "no platform of it runs here", "run `sudo bash scripts/prepare-host.sh --arm64`", platforms, validates_on
+            )
+        else:
+            fix = (
+                ""
+                if all(w != "no" and not w.startswith("no") for w in platforms.values())
+                else "other platforms: `sudo bash scripts/prepare-host.sh --arm64`"
+            )
+            out[v.name] = Here(True, "", fix, platforms, validates_on)
+    return out
+
+
+def _pypi_lines(matrix: Matrix, variant: Variant) -> str:
+    others = [v.name for v in matrix.variants if v.cuda == variant.cuda and v.uses_pypi]
+    return f"from PyPI alone: {', '.join(others)}" if others else "no line of this CUDA version builds from PyPI alone"
