@@ -66,11 +66,24 @@ def carried_text(section: dict) -> str:
     return section.get("summary", "?") + (f": {listing}" if listing else "")
 
 
-def advisory_summary(section: dict | None, today) -> str:
-    """One line: what the image's line carries, by the snapshot it was built against."""
+STALE_MEANS = (
+    f"stale: data past {STALE_AFTER_DAYS} days, so a pass on it is not a pass; whoever builds the image refreshes it "
+    "(`build.py advisories --from DIR`, or `--advisories DIR` for one build) and rebuilds"
+)
+
+
+def advisory_summary(section: dict | None, today, at_start: bool = False) -> str:
+    """One line: what the image's line carries, by the snapshot it was built against. At a container's
+    start, the data's date, calmly (nothing can be done about it there); in `proof`, its age and, past
+    STALE_AFTER_DAYS, what stale means and who refreshes it."""
     if not section:
         return "Advisories: not recorded in this image"
-    line = f"Advisories: {carried_text(section)} (PyPA data {data_age(section.get('as_of'), today)})"
+    if at_start:
+        return f"Advisories: {carried_text(section)} (the build's audit, PyPA data of {section.get('as_of') or 'unknown date'})"
+    age = data_age(section.get("as_of"), today)
+    line = f"Advisories: {carried_text(section)} (PyPA data {age.removesuffix(': stale')})"
+    if age.endswith(": stale"):
+        line += f"; {STALE_MEANS}"
     if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
         line += "; CRITICAL: never load a checkpoint you did not make with this image"
     elif any(row["package"] == "torch" and row["severity"] in ("HIGH", "UNKNOWN") for row in section.get("carried", [])):

@@ -361,11 +361,32 @@ def test_advisory_summary_names_them_and_says_the_data_is_stale():
     line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
     assert line.startswith(
         "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
-        "(PyPA data as of 2026-07-23, 133 days old: stale)"
+        "(PyPA data as of 2026-07-23, 133 days old); stale: data past 90 days, so a pass on it is not a pass; "
+        "whoever builds the image refreshes it (`build.py advisories --from DIR`"
     )
     assert "only from sources you trust" in line
     fresh = common_rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
     assert "9 days old)" in fresh and "stale" not in fresh
+
+
+def test_a_containers_start_says_the_advisory_datas_date_calmly():
+    """Nothing in a running container can refresh the data: the start log names its date, no warning."""
+    import datetime as dt
+
+    line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3), at_start=True)
+    assert line == (
+        "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
+        "(the build's audit, PyPA data of 2026-07-23)"
+    )
+    assert "stale" not in line and "WARNING" not in line
+
+
+def test_the_proof_age_limit_is_the_stale_data_rule():
+    """verify --max-age's default and the advisory data's stale age are one number."""
+    import build
+
+    assert build.DEFAULT_MAX_AGE == common_rules.STALE_AFTER_DAYS
+    assert build.make_parser()[0].parse_args(["verify", "r:t", "--key", "k"]).max_age == common_rules.STALE_AFTER_DAYS
 
 
 def test_a_critical_advisory_says_never_load_untrusted_checkpoints():
