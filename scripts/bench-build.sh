@@ -41,7 +41,7 @@ compressed=$(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.
 
 # One-line change in smoke/, in a copy of the context so the checkout stays clean.
 mkdir -p "$work/ctx/images"
-cp -r container smoke ppo_bench rlhf_bench notebooks .dockerignore "$work/ctx/"
+cp -r container common smoke ppo_bench rlhf_bench notebooks .dockerignore "$work/ctx/"
 cp -r images/locks images/expect "$work/ctx/images/"
 echo "# bench $(date +%s)" >>"$work/ctx/smoke/__init__.py"
 t4=$(now)
