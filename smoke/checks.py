@@ -113,9 +113,7 @@ def check_versions(ctx: Context) -> Outcome:
 
     if problems:
         return failed("; ".join(problems))
-    summary = ", ".join(c.describe() for c in comparisons)
-    if facts.get("cudnn") is not None:
-        summary += f" ({rules.cudnn_str(facts['cudnn'])})"
+    summary = ", ".join(c.describe() for c in comparisons)  # each label with its own value (cudnn: its release too)
     wheels = f"{len(wheels_ok)} CUDA wheels match torch's requirements" if wheels_ok else "no CUDA wheels required"
     return passed(f"{summary}; {wheels}")
 

@@ -77,7 +77,7 @@ def test_versions_fail_when_cuda_is_expected_of_a_cpu_torch(host_facts):
     ctx = checks.Context(expect={**ctx.expect, **CUDA_EXPECT}, require_gpu=False, facts=ctx.facts)
     outcome = checks.check_versions(ctx)
     assert outcome.status == "fail"
-    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 99001", "nccl: expected 2.99.3"):
+    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 9.90.1 (99001)", "nccl: expected 2.99.3"):
         assert fragment in outcome.detail
 
 
