@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from common.host import HostCondition, condition_text, speed_words
+from common.host import speed_words
 from common.procs import run_streamed
 
 # --bench NAME -> the game it plays. EnvPool's settings (no sticky actions), as CleanRL's ppo_atari_envpool.py
@@ -44,7 +44,8 @@ def release_figure(env_id: str, device_kind: str, path: Path = RELEASE_FIGURES) 
 
 def bench_line(name: str, result: dict, release: dict | None) -> str:
     """The one line a user reads: this host's steps/s, on what, in how long, and the release's figure
-    beside it; "not comparable" when the host was busy during the run (common.host's rule)."""
+    beside it; "not comparable" when the host was busy during the run (common.host's rule; ppo_bench's
+    own output above it says the host's condition in full)."""
     kind = str(result.get("device", "cpu")).split(":")[0]
     where = result.get("gpu_name") or result.get("cpu") or "CPU"
     amp = (result.get("args") or {}).get("amp", "?")
@@ -64,15 +65,12 @@ def bench_line(name: str, result: dict, release: dict | None) -> str:
         f"{mine}; release figure: {release['sps']:,.0f} steps/s on {release.get('on', '?')} "
         f"({speed_words(sps / release['sps'])}; {release.get('source', 'docs/benchmarks.md')})"
     )
-    busy = (result.get("host") or {}).get("busy_reasons")
-    return f"{line}; not comparable: the host was busy ({'; '.join(busy)})" if busy else line
-
-
-def host_line(result: dict) -> str | None:
-    """The host's condition during the benchmark, or None where the run did not record it."""
-    if not result.get("host"):
-        return None
-    return f"host during the benchmark: {condition_text(HostCondition.from_json(result['host']))}"
+    host = result.get("host")
+    if not host:
+        return line
+    if host.get("busy_reasons"):
+        return f"{line}; not comparable: the host was busy ({'; '.join(host['busy_reasons'])})"
+    return f"{line}; the host was quiet"
 
 
 def run_bench(name: str, seconds: float, require_gpu: bool, out_dir: Path, host_cpu: str, out: TextIO) -> tuple[int, str]:
@@ -90,6 +88,4 @@ def run_bench(name: str, seconds: float, require_gpu: bool, out_dir: Path, host_
         return 1, f"proof --bench {name}: FAILED: ppo_bench {why}; its output is above"
     result.setdefault("cpu", host_cpu)
     kind = str(result.get("device", "cpu")).split(":")[0]
-    if line := host_line(result):
-        print(line, file=out, flush=True)
     return 0, bench_line(name, result, release_figure(env_id, kind))

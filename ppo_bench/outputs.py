@@ -223,7 +223,7 @@ class Progress:
         self.time_limit, self.prefix, self.interval = args.time_limit, prefix, args.progress_interval
         self.clock, self.offset = clock, offset
         self.started, self.initial = time.perf_counter(), initial
-        self.next_print = time.monotonic() + self.interval
+        self.next_print = time.monotonic() + self.interval - (time.perf_counter() - clock)  # `interval` after the first line
         self.step, self.mean_return = initial, None
         self.bar = None
         if args.progress and not quiet and sys.stdout.isatty():

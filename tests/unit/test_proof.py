@@ -14,6 +14,7 @@ from pipeline.render import spec_path
 from pipeline.variants import load_matrix
 from ppo_bench import bench
 from smoke import proof
+from tests.proof_rows import header_pairs, header_source, printed_rows, version_row_source, versions_row_pairs
 
 pytestmark = pytest.mark.unit
 
@@ -179,6 +180,18 @@ def test_host_proof_prints_the_table_then_one_verdict(host_proof):
     assert [line for line in lines if line.startswith("proof: PROVEN") or line.startswith("proof: FAILED")] == [record["verdict"]]
 
 
+@pytest.mark.process
+def test_host_proof_rows_say_what_they_measured(host_proof):
+    """Every label of the facts header and of the versions row, in a real proof's output, carries the value
+    of its own item, as the smoke suite collected it."""
+    done, record, _ = host_proof
+    facts = record["smoke"]["facts"]
+    header, rows = printed_rows(done.stdout)
+    assert header_pairs(header) == header_source(facts)
+    assert versions_row_pairs(rows["versions"]) == version_row_source(facts)
+    assert set(rows) == {c["name"] for c in record["smoke"]["checks"]}
+
+
 # --- proof --bench atari: its line, beside the release's figure or saying there is none -----
 
 BENCH_RESULT = {
@@ -204,6 +217,8 @@ def test_bench_line_puts_the_release_figure_beside_this_hosts():
     )
     assert "release figure: 600 steps/s on AMD EPYC 9B14, 2 cores (1.02x faster; docs/benchmarks.md)" in line
     assert "not comparable" not in line
+    quiet = {"busy": False, "busy_reasons": []}
+    assert bench.bench_line("atari", {**BENCH_RESULT, "host": quiet}, release).endswith("; the host was quiet")
 
 
 def test_bench_line_says_the_steps_and_seconds_the_run_really_took():

@@ -4,13 +4,12 @@ per item, so a value beside the wrong label cannot pass unnoticed."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
 from smoke import checks, cli, facts, rules
 from smoke.expect import expect_from_facts
+from tests.proof_rows import header_pairs, header_source, version_row_source, versions_row_pairs
 
 pytestmark = pytest.mark.unit
 
@@ -28,30 +27,6 @@ GIVEN = {
     "driver": None,
     "shm_bytes": 2**30,
 }
-
-
-def version_row_source(f: dict) -> dict[str, str]:
-    """What each label of the versions row must show, straight from the facts ('absent' for what is not installed)."""
-    return {
-        "torch": rules.release(f["torch"]),
-        "torchvision": rules.release(f["torchvision"]) or "absent",
-        "torchaudio": rules.release(f["torchaudio"]) or "absent",
-        "cuda": str(f["cuda"]),
-        "cudnn": f"{rules.cudnn_str(f['cudnn'])} ({f['cudnn']})",
-        "nccl": str(f["nccl"]),
-        "python": ".".join(f["python"].split(".")[:2]),  # the pin is major.minor
-    }
-
-
-def versions_row_pairs(detail: str) -> dict[str, str]:
-    """'torch 2.9.1, ..., python 3.11; no CUDA wheels required' -> {'torch': '2.9.1', ...}"""
-    versions = detail.split("; ")[0]
-    return dict(item.split(" ", 1) for item in versions.split(", "))
-
-
-def header_pairs(line: str) -> dict[str, str]:
-    """'  torch X  CUDA Y  cuDNN Z  NCCL W  Python V' -> {'torch': 'X', ...}"""
-    return dict(item.split(" ", 1) for item in re.split(r"\s{2,}", line.strip()))
 
 
 def test_the_versions_row_puts_each_value_beside_its_own_label():
@@ -79,10 +54,14 @@ def test_a_failed_pin_names_the_expected_and_found_value_of_that_item():
 
 def test_the_facts_header_puts_each_value_beside_its_own_label():
     line = cli.facts_lines({**GIVEN, "torchvision": "0.24.1", "torchaudio": "2.9.1"}, {"variant": "x"}, False)[1]
-    assert header_pairs(line) == {
-        "torch": GIVEN["torch"],
-        "CUDA": GIVEN["cuda"],
-        "cuDNN": rules.cudnn_str(GIVEN["cudnn"]),
-        "NCCL": GIVEN["nccl"],
-        "Python": GIVEN["python"],
-    }
+    assert (
+        header_pairs(line)
+        == header_source(GIVEN)
+        == {
+            "torch": "2.9.1+cu128",
+            "CUDA": "12.8",
+            "cuDNN": "9.10.2",
+            "NCCL": "2.27.3",
+            "Python": "3.11.7",
+        }
+    )
