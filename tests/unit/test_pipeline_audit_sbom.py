@@ -245,9 +245,9 @@ def test_the_cu121_line_carries_a_critical_one_and_says_so():
 
 def test_the_cu121_disclosure_names_the_high_advisory_written_with_a_tagged_release():
     """PYSEC-2025-189 says last_affected 2.6.0-cu124: once dropped unseen, now HIGH (CVSS 3.1 7.5) and shown."""
+    from common.rules import carried_text
     from pipeline.render import AdvisoryInputs, advisories_section
     from pipeline.variants import load_matrix
-    from common.rules import carried_text
 
     section = advisories_section(load_matrix().by_name("2.5-cu121"), AdvisoryInputs.load())
     row = next(r for r in section["carried"] if r["id"] == "PYSEC-2025-189")
