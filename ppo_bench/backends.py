@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppo_bench.agents import Agent, AtariAgent
-from ppo_bench.envs import ENVPOOL, AtariEnv, GymVectorEnv, TorchCartPole
+from ppo_bench.envs import ALE, ENVPOOL, AtariEnv, GymVectorEnv, TorchCartPole
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,7 @@ class Backend:
     env: type  # its environments: env.open(env_id, num_envs, seed, device); env.check_id(env_id) validates an id
     agent: type  # its policy: agent.for_envs(envs, args)
     defaults: dict  # Args fields left None take these
-    claims: Callable[[str], bool]  # the ids `--backend auto` gives it
-    plays: str  # the ids it plays, in words (--help, errors)
+    claims: Callable[[str], bool]  # the ids `--backend auto` gives it (env.check_id then says whether it plays one)
 
 
 # Algorithm settings whose best value depends on the backend. The gymnasium column is CleanRL's
@@ -82,16 +81,13 @@ BACKENDS = {
             Agent,
             TORCH_DEFAULTS,
             claims=lambda env_id: env_id == TorchCartPole.env_id,
-            plays=f"{TorchCartPole.env_id}, batched in torch on the training device",
         ),
         Backend(
             "atari",
             AtariEnv,
             AtariAgent,
             ATARI_DEFAULTS,
-            claims=lambda env_id: env_id.startswith(("ALE/", ENVPOOL)),
-            plays="ALE games in ale-py's vector environment: ALE/<Game>-v5 as gymnasium defines it (sticky actions 0.25), "
-            f"{ENVPOOL}<Game>-v5 with EnvPool's settings (none), the Nature CNN",
+            claims=lambda env_id: env_id.startswith((ALE, ENVPOOL)),
         ),
         Backend(
             "gymnasium",
@@ -99,7 +95,6 @@ BACKENDS = {
             Agent,
             GYMNASIUM_DEFAULTS,
             claims=lambda env_id: True,
-            plays="any registered gymnasium id with flat Box observations, in gymnasium vector environments on the host",
         ),
     )
 }

@@ -292,6 +292,7 @@ class GymVectorEnv:
         self.envs.close()
 
 
+ALE = "ALE/"  # ALE/<Game>-v5: the game as gymnasium registers the id (ale-py's v5)
 ENVPOOL = "envpool/"  # envpool/<Game>-v5: the game with EnvPool's settings (CleanRL's ppo_atari_envpool.py)
 
 
@@ -316,8 +317,8 @@ def atari_game(env_id: str) -> AtariGame:
     envpool = env_id.startswith(ENVPOOL)
     if envpool and not env_id.endswith("-v5"):
         raise ConfigError(f"--env-id {env_id!r}: {ENVPOOL} names EnvPool's -v5 settings only ({ENVPOOL}Breakout-v5)")
-    ale_id = "ALE/" + env_id.removeprefix(ENVPOOL) if envpool else env_id
-    if not ale_id.startswith("ALE/"):
+    ale_id = ALE + env_id.removeprefix(ENVPOOL) if envpool else env_id
+    if not ale_id.startswith(ALE):
         raise ConfigError(
             f"--backend atari plays ALE games (--env-id ALE/Breakout-v5, or envpool/Breakout-v5 for EnvPool's settings "
             f"without sticky actions), not {env_id!r}"
