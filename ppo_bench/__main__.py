@@ -19,6 +19,7 @@ import types
 import typing
 
 from common.cli import EXIT_OK
+from common.host import HostCondition, condition_text
 from ppo_bench.errors import EXIT_BELOW_TARGET, PPOBenchError
 
 
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="python -m ppo_bench",
-        description="PPO benchmark that must learn (CartPole-v1 by default). Writes result.json, "
+        description=f"PPO benchmark that must learn ({Args.env_id} by default). Writes result.json, "
         "learning_curve.png, TensorBoard events and a checkpoint to --out-dir.",
         epilog="Exit codes: 0 ok; 2 bad arguments or --require-gpu without a GPU; "
         "3 --fail-below-target and the target return was not reached; "
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if os.environ.get("RANK", "0") == "0":  # torchrun: one summary, from rank 0
         print(summary, flush=True)
+        print(f"ppo_bench: host during the run: {condition_text(HostCondition.from_json(result['host']))}", flush=True)
     if ns.fail_below_target and not result["solved"] and result["finished"]:
         print(
             f"ppo_bench: FAILED: mean return over the last {result['target_window']} episodes "

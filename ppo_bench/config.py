@@ -1,69 +1,17 @@
 """The run's settings: `Args` (every field is a command-line option of `python -m ppo_bench`,
-its docstring the option's help), the defaults that depend on the backend, and the
-checks that the settings can work together."""
+its docstring the option's help), and `resolve_args`: the backend (ppo_bench/backends.py: which
+ids it plays, its defaults), the id checked by it, and the checks that the settings can work
+together."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 
-import torch.nn as nn
-
+from ppo_bench.agents import ACTIVATIONS
+from ppo_bench.backends import BACKENDS, backend_for
+from ppo_bench.envs import TorchCartPole
 from ppo_bench.errors import ConfigError
-
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # --activation: the hidden layers' nonlinearity
-BACKENDS = ("torch", "gymnasium", "atari")
-
-# Algorithm settings whose best value depends on the backend. `None` in Args means
-# "take it from here". The gymnasium column is CleanRL's ppo.py defaults. The
-# torch column was tuned to reach CartPole's target in little CPU time on a
-# 2-core CPU (docs/ppo-benchmark.md has the measurements): many more environments
-# and large minibatches (few optimizer steps: each costs milliseconds of overhead
-# on a CPU), a 16x learning rate held in check by early stopping on KL, no
-# value clipping (with returns of order 100, clipping value updates to +-0.2
-# slowed the critic) and no entropy bonus (it kept the policy from settling at 500).
-BACKEND_DEFAULTS = {
-    "torch": dict(
-        total_timesteps=2_000_000,
-        num_envs=256,
-        num_steps=16,
-        learning_rate=4e-3,
-        num_minibatches=4,
-        update_epochs=4,
-        clip_vloss=False,
-        ent_coef=0.0,
-        target_kl=0.03,
-        clip_coef=0.2,
-        amp="off",
-        threads=1,
-    ),
-    "gymnasium": dict(
-        total_timesteps=500_000,
-        num_envs=4,
-        num_steps=128,
-        learning_rate=2.5e-4,
-        num_minibatches=4,
-        update_epochs=4,
-        clip_vloss=True,
-        ent_coef=0.01,
-        target_kl=0.0,
-        clip_coef=0.2,
-        amp="off",
-        threads=1,
-    ),
-}
-# CleanRL's ppo_atari_envpool.py: its ppo.py settings with its own Atari ones, and --amp bf16
-# wherever the device computes it natively (the Nature CNN's update took 2.4x less time on this
-# project's CPU, docs/benchmarks.md; learning is shown with it there).
-BACKEND_DEFAULTS["atari"] = {
-    **BACKEND_DEFAULTS["gymnasium"],
-    "total_timesteps": 10_000_000,
-    "num_envs": 8,
-    "clip_coef": 0.1,
-    "amp": "auto",
-    "threads": 0,
-}
 
 
 @dataclass
@@ -87,9 +35,12 @@ class Args:
     # --- environment ----------------------------------------------------------
     backend: str = "auto"
     """'torch': CartPole-v1 batched in torch on the device; 'gymnasium': gymnasium vector envs on the host; 'atari': ALE games
-    in ale-py's vector environment (C++ threads), Nature CNN policy; 'auto': atari for ALE/... ids, torch for CartPole-v1, else gymnasium"""
-    env_id: str = "CartPole-v1"
-    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1; atari: e.g. ALE/Breakout-v5)"""
+    in ale-py's vector environment (C++ threads), Nature CNN policy; 'auto': atari for ALE/... and envpool/... ids, torch for
+    CartPole-v1, else gymnasium"""
+    env_id: str = TorchCartPole.env_id
+    """the id of the environment (torch backend: CartPole-v1 only; gymnasium: e.g. Pendulum-v1; atari: ALE/Breakout-v5 as
+    gymnasium defines it, sticky actions 0.25, or envpool/Breakout-v5 with EnvPool's settings, no sticky actions, as CleanRL's
+    ppo_atari_envpool.py trains)"""
     num_envs: int | None = None
     """parallel environments per process (default per backend: torch 256, gymnasium 4, atari 8)"""
 
@@ -194,15 +145,17 @@ RUNTIME_ONLY_FIELDS = {
 def resolve_args(args: Args) -> Args:
     """Fill backend defaults and check that the arguments can work together."""
     if args.backend == "auto":
-        args = dataclasses.replace(args, backend=backend_for(args.env_id))
+        args = dataclasses.replace(args, backend=backend_for(args.env_id).name)
     if args.backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of auto, {', '.join(BACKENDS)}, not {args.backend!r}")
-    filled = {k: v for k, v in BACKEND_DEFAULTS[args.backend].items() if getattr(args, k) is None}
+    backend = BACKENDS[args.backend]
+    backend.env.check_id(args.env_id)  # the one place an id is validated: its backend's rule
+    filled = {k: v for k, v in backend.defaults.items() if getattr(args, k) is None}
     args = dataclasses.replace(args, **filled)
     if args.target_kl is not None and args.target_kl <= 0:
         args = dataclasses.replace(args, target_kl=None)
     if args.target_return is None:
-        args = dataclasses.replace(args, target_return=_default_target(args))
+        args = dataclasses.replace(args, target_return=backend.env.reward_threshold(args.env_id))
     if args.time_limit < 0:
         raise ConfigError(f"--time-limit must be 0 (none) or a number of seconds, got {args.time_limit}")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "target_window"):
@@ -223,30 +176,11 @@ def resolve_args(args: Args) -> Args:
         raise ConfigError(f"--adam must be auto, foreach or fused, not {args.adam!r}")
     if args.require_gpu and args.device == "cpu":
         raise ConfigError("--require-gpu contradicts --device cpu")
-    if args.cuda_graphs and args.backend != "torch" and not args.compile:
+    if args.cuda_graphs and not backend.env.steps_on_device and not args.compile:
         raise ConfigError(f"--cuda-graphs with --backend {args.backend} needs --compile (the environments step on the host)")
-    if args.channels_last and args.backend != "atari":
-        raise ConfigError("--channels-last is for the atari backend's CNN; the MLP policies have no image inputs")
-    if args.backend == "atari" and not args.env_id.startswith("ALE/"):
-        raise ConfigError(f"--backend atari plays ALE games (--env-id ALE/Breakout-v5 ...), not {args.env_id!r}")
+    if args.channels_last and not backend.agent.image_inputs:
+        cnn = " or ".join(b.name for b in BACKENDS.values() if b.agent.image_inputs)
+        raise ConfigError(f"--channels-last is for the {cnn} backend's CNN; the {args.backend} backend's MLP has no image inputs")
     if args.fail_below_target and args.target_return is None:
         raise ConfigError(f"--fail-below-target needs --target-return ({args.env_id} has no reward threshold)")
     return args
-
-
-def backend_for(env_id: str) -> str:
-    """--backend auto: the backend that plays `env_id`."""
-    if env_id.startswith("ALE/"):
-        return "atari"
-    return "torch" if env_id == "CartPole-v1" else "gymnasium"
-
-
-def _default_target(args: Args) -> float | None:
-    if args.env_id == "CartPole-v1":
-        return 475.0  # gymnasium's reward_threshold for CartPole-v1
-    if args.backend == "gymnasium":
-        import gymnasium as gym
-
-        with contextlib.suppress(gym.error.Error):
-            return gym.spec(args.env_id).reward_threshold
-    return None

@@ -15,8 +15,14 @@ CleanRL's ppo.py records no episode returns on gymnasium 1.x.
   (discrete or Box actions), wrapped in `RecordEpisodeStatistics`.
 * `AtariEnv`: ALE games through ale-py's `AtariVectorEnv`, which steps, preprocesses
   (84x84 grey, max-pooled frame skip 4, 4 stacked frames, up to 30 no-ops and FIRE on
-  reset) and resets the games in C++ threads: EnvPool's Atari settings, which CleanRL's
+  reset) and resets the games in C++ threads. `ALE/<Game>-v5` plays the game as gymnasium
+  registers that id (ale-py's v5: sticky actions with probability 0.25); `envpool/<Game>-v5`
+  plays it as EnvPool's `<Game>-v5` does (no sticky actions), the settings CleanRL's
   ppo_atari_envpool.py trains with.
+
+Each class says which ids it plays (`check_id`, the one place an id is validated; config.py
+calls it through the backend table, ppo_bench/backends.py), the default target of an id
+(`reward_threshold`) and what it was built with (`settings()`, written into result.json).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from __future__ import annotations
 import functools
 import math
 import pickle
-import re
 from typing import NamedTuple
 
 import numpy as np
@@ -74,12 +79,34 @@ class TorchCartPole:
     x_threshold = 2.4
     reset_low, reset_high = -0.05, 0.05
 
+    env_id = "CartPole-v1"  # the one id it plays
+    target_return = 475.0  # gymnasium's reward_threshold for CartPole-v1
+
     single_observation_shape = (4,)
     observation_dtype = torch.float32
     num_actions = 2
     continuous = False
     resumable = True  # state_dict() holds everything a resumed run needs
     steps_on_device = True  # a rollout can be compiled and graphed whole, environment included
+
+    @classmethod
+    def check_id(cls, env_id: str) -> None:
+        if env_id != cls.env_id:
+            raise ConfigError(
+                f"--backend torch implements {cls.env_id} only, not {env_id!r}; use --backend gymnasium for other environments"
+            )
+
+    @classmethod
+    def reward_threshold(cls, env_id: str) -> float | None:
+        return cls.target_return
+
+    @classmethod
+    def open(cls, env_id: str, num_envs: int, seed: int, device: torch.device | str) -> TorchCartPole:
+        """The environments of one process (the torch generator of `device` seeds them)."""
+        return cls(num_envs, device)
+
+    def settings(self) -> dict:
+        return {"env_id": self.env_id, "max_episode_steps": self.max_episode_steps}
 
     def __init__(
         self, num_envs: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, max_episode_steps: int = 500
@@ -168,15 +195,33 @@ class GymVectorEnv:
     resumable = True
     steps_on_device = False
 
+    @classmethod
+    def check_id(cls, env_id: str) -> None:
+        cls._spec(env_id)
+
+    @classmethod
+    def reward_threshold(cls, env_id: str) -> float | None:
+        return cls._spec(env_id).reward_threshold
+
+    @classmethod
+    def open(cls, env_id: str, num_envs: int, seed: int, device: torch.device | str) -> GymVectorEnv:
+        return cls(env_id, num_envs, seed, device)
+
+    @staticmethod
+    def _spec(env_id: str):
+        import gymnasium as gym
+
+        try:
+            return gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"--env-id {env_id!r} is not a registered gymnasium environment ({exc})") from exc
+
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
         import gymnasium as gym
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
         from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-        try:
-            gym.spec(env_id)
-        except gym.error.Error as exc:
-            raise ConfigError(f"--env-id {env_id!r} is not a registered gymnasium environment ({exc})") from exc
+        self.env_id = env_id
         self._vec = SyncVectorEnv([lambda: gym.make(env_id) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
         self.envs = RecordEpisodeStatistics(self._vec)
         self.num_envs = num_envs
@@ -193,6 +238,9 @@ class GymVectorEnv:
             self._low, self._high = act_space.low, act_space.high
         else:
             raise ConfigError(f"{env_id}: only Discrete or 1-D Box actions are supported, got {act_space}")
+
+    def settings(self) -> dict:
+        return {"env_id": self.env_id}
 
     def _to_torch(self, array: np.ndarray, dtype=torch.float32) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device)
@@ -244,8 +292,65 @@ class GymVectorEnv:
         self.envs.close()
 
 
+ALE = "ALE/"  # ALE/<Game>-v5: the game as gymnasium registers the id (ale-py's v5)
+ENVPOOL = "envpool/"  # envpool/<Game>-v5: the game with EnvPool's settings (CleanRL's ppo_atari_envpool.py)
+
+
+class AtariGame(NamedTuple):
+    """What an Atari id means: the ROM and the emulator settings it is played with."""
+
+    env_id: str
+    rom: str  # ale-py's ROM name: breakout, montezuma_revenge
+    repeat_action_probability: float  # sticky actions: the chance the emulator repeats the previous action
+    full_action_space: bool
+    max_num_frames_per_episode: int
+    defined_by: str  # whose definition of the id these settings are
+
+
+def atari_game(env_id: str) -> AtariGame:
+    """The game and settings of `ALE/<Game>-v5` (as gymnasium registers the id: ale-py's v5, sticky
+    actions 0.25) or `envpool/<Game>-v5` (the same game as EnvPool's `<Game>-v5`: no sticky actions,
+    what CleanRL's ppo_atari_envpool.py trains on); ConfigError for anything else."""
+    import ale_py  # noqa: F401  registers the ALE/ ids with gymnasium
+    import gymnasium as gym
+
+    envpool = env_id.startswith(ENVPOOL)
+    if envpool and not env_id.endswith("-v5"):
+        raise ConfigError(f"--env-id {env_id!r}: {ENVPOOL} names EnvPool's -v5 settings only ({ENVPOOL}Breakout-v5)")
+    ale_id = ALE + env_id.removeprefix(ENVPOOL) if envpool else env_id
+    if not ale_id.startswith(ALE):
+        raise ConfigError(
+            f"--backend atari plays ALE games (--env-id ALE/Breakout-v5, or envpool/Breakout-v5 for EnvPool's settings "
+            f"without sticky actions), not {env_id!r}"
+        )
+    try:
+        spec = gym.spec(ale_id)
+    except gym.error.Error as exc:
+        raise ConfigError(
+            f"--env-id {env_id!r}: gymnasium has no {ale_id} ({exc}); ale-py registers ALE/<Game>-v5 for each of its "
+            "ROMs (ale_py.roms.get_all_rom_ids() lists them)"
+        ) from exc
+    kwargs = spec.kwargs
+    if kwargs.get("frameskip", 4) != 4 or kwargs.get("obs_type", "rgb") != "rgb":
+        raise ConfigError(f"--env-id {env_id!r}: the atari backend skips 4 frames per step, {ale_id} is defined otherwise")
+    common = dict(
+        env_id=env_id,
+        rom=kwargs["game"],
+        full_action_space=bool(kwargs.get("full_action_space", False)),
+        max_num_frames_per_episode=int(kwargs.get("max_num_frames_per_episode", 108_000)),
+    )
+    if envpool:  # EnvPool's Atari defaults differ from gymnasium's v5 in one setting that changes the game
+        return AtariGame(**common, repeat_action_probability=0.0, defined_by=f"EnvPool's {spec.name}-v5 (no sticky actions)")
+    return AtariGame(
+        **common,
+        repeat_action_probability=float(kwargs["repeat_action_probability"]),
+        defined_by=f"gymnasium's {ale_id} (ale-py {ale_py.__version__})",
+    )
+
+
 class AtariEnv:
-    """ALE games (`ALE/Breakout-v5` ...) as ale-py's `AtariVectorEnv`, same-step autoreset.
+    """ALE games (`ALE/Breakout-v5`, `envpool/Breakout-v5` ...) as ale-py's `AtariVectorEnv`,
+    same-step autoreset, with the settings the id defines (`atari_game`).
 
     Observations are uint8 (num_envs, 4, 84, 84) stacks, kept as uint8 on the device (the
     policy scales them). As CleanRL trains Atari: a lost life ends the episode for the
@@ -263,15 +368,33 @@ class AtariEnv:
     resumable = False
     steps_on_device = False
 
+    @classmethod
+    def check_id(cls, env_id: str) -> None:
+        atari_game(env_id)
+
+    @classmethod
+    def reward_threshold(cls, env_id: str) -> float | None:
+        return None  # ALE games have none
+
+    @classmethod
+    def open(cls, env_id: str, num_envs: int, seed: int, device: torch.device | str) -> AtariEnv:
+        return cls(env_id, num_envs, seed, device)
+
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
-        from ale_py.roms import get_all_rom_ids
         from ale_py.vector_env import AtariVectorEnv
 
-        self.game = rom_of(env_id)
-        if self.game not in get_all_rom_ids():
-            raise ConfigError(f"--env-id {env_id!r}: ale-py has no ROM {self.game!r} (ale_py.roms.get_all_rom_ids() lists them)")
+        self.game = atari_game(env_id)
+        self.repeat_action_probability = self.game.repeat_action_probability
         self._vec = AtariVectorEnv(
-            self.game, num_envs, autoreset_mode="SameStep", reward_clipping=False, life_loss_info=True, episodic_life=False
+            self.game.rom,
+            num_envs,
+            repeat_action_probability=self.game.repeat_action_probability,
+            full_action_space=self.game.full_action_space,
+            max_num_frames_per_episode=self.game.max_num_frames_per_episode,
+            autoreset_mode="SameStep",
+            reward_clipping=False,
+            life_loss_info=True,
+            episodic_life=False,
         )
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -281,6 +404,9 @@ class AtariEnv:
         self._lives = np.zeros(num_envs, dtype=np.int64)
         self._game_return = np.zeros(num_envs, dtype=np.float64)
         self._game_length = np.zeros(num_envs, dtype=np.int64)
+
+    def settings(self) -> dict:
+        return self.game._asdict()
 
     def reset(self) -> torch.Tensor:
         obs, info = self._vec.reset(seed=self.seed)
@@ -316,31 +442,10 @@ class AtariEnv:
         )
 
     def state_dict(self) -> dict:
-        return {"game": self.game}
+        return {"game": self.game.rom}
 
     def load_state_dict(self, sd: dict) -> None:
         pass  # the trainer resets the games (resumable = False)
 
     def close(self) -> None:
         self._vec.close()
-
-
-def rom_of(env_id: str) -> str:
-    """gymnasium's ALE id -> ale-py's ROM name: ALE/MontezumaRevenge-v5 -> montezuma_revenge."""
-    name = env_id.removeprefix("ALE/").split("-v")[0]
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def make_envs(backend: str, env_id: str, num_envs: int, seed: int, device: torch.device):
-    """The environments for one process (one rank)."""
-    if backend == "torch":
-        if env_id != "CartPole-v1":
-            raise ConfigError(
-                f"--backend torch implements CartPole-v1 only, not {env_id!r}; use --backend gymnasium for other environments"
-            )
-        return TorchCartPole(num_envs, device)
-    if backend == "gymnasium":
-        return GymVectorEnv(env_id, num_envs, seed, device)
-    if backend == "atari":
-        return AtariEnv(env_id, num_envs, seed, device)
-    raise ConfigError(f"--backend must be 'torch', 'gymnasium' or 'atari', not {backend!r}")

@@ -183,37 +183,94 @@ def plot_learning_curve(
     plt.close(fig)
 
 
-class Progress:
-    """A tqdm bar when stdout is a terminal and `bar` is allowed; otherwise one compact
-    line every `interval` seconds (streamed through docker logs, CI), flushed at once.
-    `quiet` prints nothing (the other ranks of a torchrun job)."""
+def run_bound(args: Args) -> str:
+    """What ends the run, in the words its progress uses."""
+    if args.time_limit:
+        return f"for {args.time_limit:g} s (--time-limit: it stops after the iteration in which that time has passed)"
+    return f"up to {args.total_timesteps:,} steps" + (" or the target" if args.stop_at_target else "")
 
-    def __init__(self, total: int, initial: int, bar: bool, interval: float, quiet: bool = False, prefix: str = "ppo_bench"):
-        self.total, self.prefix, self.interval = total, prefix, interval
+
+def stopped_by(args: Args, stop: bool, sliced: bool, timed_out: bool, iteration: int, num_iterations: int) -> str:
+    """Why the loop ended, in words (result.json's `stopped_by`)."""
+    if stop:
+        return f"the target {args.target_return:g} was reached"
+    if timed_out:
+        return f"the time limit ({args.time_limit:g} s) passed during its last iteration"
+    if sliced:
+        return f"--stop-after-iterations {args.stop_after_iterations}"
+    return f"all {args.total_timesteps:,} steps (--total-timesteps) done" if iteration >= num_iterations else "stopped"
+
+
+class Progress:
+    """What a run shows while it trains: a tqdm bar when stdout is a terminal and `bar` is allowed;
+    otherwise compact lines, each flushed at once, whatever stdout is (a pipe, `| tee`, docker
+    logs): one every `interval` seconds of wall time, also inside a long iteration (the rollout
+    and the update `tick`), and one when the run stops. A run bounded by --time-limit shows its
+    seconds against the limit, never a step total it cannot know. `quiet` prints nothing (the other
+    ranks of a torchrun job). `clock` is the run's start (time.perf_counter()), `offset` the wall
+    seconds of the run it resumes."""
+
+    def __init__(
+        self,
+        args: Args,
+        initial: int,
+        clock: float,
+        offset: float = 0.0,
+        quiet: bool = False,
+        prefix: str = "ppo_bench",
+    ):
+        self.total = None if args.time_limit else args.total_timesteps
+        self.time_limit, self.prefix, self.interval = args.time_limit, prefix, args.progress_interval
+        self.clock, self.offset = clock, offset
+        self.started, self.initial = time.perf_counter(), initial
+        self.next_print = time.monotonic() + self.interval - (time.perf_counter() - clock)  # `interval` after the first line
+        self.step, self.mean_return = initial, None
         self.bar = None
-        self.next_print = time.monotonic() + interval
-        self.last_step = initial
-        if bar and not quiet and sys.stdout.isatty():
+        if args.progress and not quiet and sys.stdout.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True)
+            self.bar = tqdm(total=self.total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True)
         self.lines = not quiet and self.bar is None
 
-    def update(self, step: int, mean_return: float | None, sps: float, elapsed: float) -> None:
-        ret = "n/a" if mean_return is None else f"{mean_return:.1f}"
-        if self.bar is not None:
-            self.bar.update(step - self.last_step)
-            self.bar.set_postfix_str(f"return {ret}, {sps:,.0f} sps", refresh=False)
-        elif self.lines and time.monotonic() >= self.next_print:
-            self.next_print = time.monotonic() + self.interval
-            pct = 100.0 * step / max(self.total, 1)
-            print(
-                f"{self.prefix}: step {step:,}/{self.total:,} ({pct:.0f}%) | mean return {ret} | "
-                f"{sps:,.0f} steps/s | {elapsed:.1f}s",
-                flush=True,
-            )
-        self.last_step = step
+    def elapsed(self) -> float:
+        return self.offset + time.perf_counter() - self.clock
 
-    def close(self) -> None:
+    def sps(self) -> float:
+        return (self.step - self.initial) / max(time.perf_counter() - self.started, 1e-9)
+
+    def line(self) -> str:
+        ret = "n/a" if self.mean_return is None else f"{self.mean_return:.1f}"
+        if self.total is None:
+            return (
+                f"{self.prefix}: step {self.step:,} | {self.elapsed():.1f}s of {self.time_limit:g}s (time limit) | "
+                f"mean return {ret} | {self.sps():,.0f} steps/s"
+            )
+        pct = 100.0 * self.step / max(self.total, 1)
+        return (
+            f"{self.prefix}: step {self.step:,}/{self.total:,} ({pct:.0f}%) | mean return {ret} | "
+            f"{self.sps():,.0f} steps/s | {self.elapsed():.1f}s"
+        )
+
+    def tick(self, step: int) -> None:
+        """Within an iteration: a line when one is due."""
+        if self.bar is not None:
+            self.bar.update(step - self.step)
+        self.step = max(self.step, step)
+        if self.lines and time.monotonic() >= self.next_print:
+            self.next_print = time.monotonic() + self.interval
+            print(self.line(), flush=True)
+
+    def update(self, step: int, mean_return: float | None) -> None:
+        """At the end of an iteration."""
+        self.mean_return = mean_return
+        if self.bar is not None:
+            ret = "n/a" if mean_return is None else f"{mean_return:.1f}"
+            self.bar.set_postfix_str(f"return {ret}, {self.sps():,.0f} sps", refresh=False)
+        self.tick(step)
+
+    def close(self, why: str) -> None:
+        """The last line: where the run stopped, after how long, and why."""
         if self.bar is not None:
             self.bar.close()
+        if self.lines:
+            print(f"{self.line()} | stopped: {why}", flush=True)

@@ -13,10 +13,12 @@ Differences from CleanRL's ppo.py, each for a reason:
   one all_reduce per minibatch), checkpoints with RNG and environment states
   for an exact `--resume`, and a result.json that the image gate reads.
 
-This file is the algorithm: the agent, GAE, the PPO loss and update, and the training
-loop. Its plumbing lives beside it: config.py (Args, the options), device.py (device and
-speed options), distributed.py (torchrun collectives), checkpoint.py (checkpoints and
---resume), outputs.py (result.json, learning curve, TensorBoard, progress), envs.py.
+This file is the algorithm: GAE, the PPO loss and update, and the training loop. What it
+trains and on what lives beside it: agents.py (the MLP and the Nature CNN), envs.py (the
+environments), backends.py (which environments and agent an id gets, with their defaults);
+its plumbing too: config.py (Args, the options), device.py (device and speed options),
+distributed.py (torchrun collectives), checkpoint.py (checkpoints and --resume), outputs.py
+(result.json, learning curve, TensorBoard, progress).
 
 Entry point: `python -m ppo_bench --help` (CLI in __main__.py); `train(Args(...))`.
 """
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import random
 import time
@@ -38,134 +39,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from common import host
 from ppo_bench import checkpoint, outputs
-from ppo_bench.config import ACTIVATIONS, Args, resolve_args
+from ppo_bench.backends import BACKENDS
+from ppo_bench.config import Args, resolve_args
 from ppo_bench.device import graph_of_rollout, make_autocast, make_optimizer, maybe_compile, pick_device, resolve_amp
 from ppo_bench.distributed import Collectives
-from ppo_bench.envs import make_envs
-
-# =============================================================================
-# The agents: separate actor and critic MLPs (64-64, tanh) for vector observations,
-# the Nature CNN with two heads for Atari frames; CleanRL's init for both.
-# =============================================================================
-
-
-def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-def mlp(in_dim: int, out_dim: int, out_std: float, hidden: int, activation: str) -> nn.Sequential:
-    act = ACTIVATIONS[activation]
-    return nn.Sequential(
-        layer_init(nn.Linear(in_dim, hidden)),
-        act(),
-        layer_init(nn.Linear(hidden, hidden)),
-        act(),
-        layer_init(nn.Linear(hidden, out_dim), std=out_std),
-    )
-
-
-def sample_categorical(logits: torch.Tensor):
-    """A sample of the categorical distribution of `logits`, and its log-probability."""
-    logp = logits.float().log_softmax(-1)
-    # Gumbel-max trick: argmax(logp + Gumbel) = argmax(logp - log(Exponential)) is a categorical sample.
-    action = (logp - torch.empty_like(logp).exponential_().log()).argmax(-1)
-    return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-
-
-def categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
-    logp = logits.float().log_softmax(-1)
-    return logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-
-
-class Agent(nn.Module):
-    """Categorical policy for discrete actions, diagonal Gaussian for Box actions."""
-
-    def __init__(self, obs_dim: int, num_actions: int, continuous: bool, hidden: int = 64, activation: str = "tanh"):
-        super().__init__()
-        self.continuous = continuous
-        self.critic = mlp(obs_dim, 1, 1.0, hidden, activation)
-        self.actor = mlp(obs_dim, num_actions, 0.01, hidden, activation)
-        if continuous:
-            self.actor_logstd = nn.Parameter(torch.zeros(1, num_actions))
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
-
-    def act(self, obs: torch.Tensor):
-        """Sample an action; returns (action, its log-probability, V(obs))."""
-        out = self.actor(obs)
-        if self.continuous:
-            logstd = self.actor_logstd.expand_as(out)
-            action = out + logstd.exp() * torch.randn_like(out)
-            logprob = gaussian_logprob(action, out, logstd).sum(-1)
-        else:
-            action, logprob = sample_categorical(out)
-        return action, logprob, self.value(obs)
-
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
-        """Log-probability and entropy of given actions, and V(obs)."""
-        out = self.actor(obs)
-        if self.continuous:
-            logstd = self.actor_logstd.expand_as(out)
-            logprob = gaussian_logprob(action, out, logstd).sum(-1)
-            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
-        else:
-            logprob, entropy = categorical_logprob_entropy(out, action)
-        return logprob, entropy, self.value(obs)
-
-
-class AtariAgent(nn.Module):
-    """The Nature DQN network (Mnih et al. 2015) as CleanRL's PPO uses it: three convolutions and a
-    512-unit layer shared by a policy head and a value head, over 4 stacked 84x84 uint8 frames."""
-
-    def __init__(self, num_actions: int, in_frames: int = 4, channels_last: bool = False):
-        super().__init__()
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(in_frames, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
-            nn.ReLU(),
-        )
-        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
-        self.critic = layer_init(nn.Linear(512, 1), std=1)
-        self.to(memory_format=self.memory_format)
-
-    def hidden(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.network((obs.float() / 255.0).contiguous(memory_format=self.memory_format))
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.hidden(obs)).squeeze(-1)
-
-    def act(self, obs: torch.Tensor):
-        hidden = self.hidden(obs)
-        action, logprob = sample_categorical(self.actor(hidden))
-        return action, logprob, self.critic(hidden).squeeze(-1)
-
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
-        hidden = self.hidden(obs)
-        logprob, entropy = categorical_logprob_entropy(self.actor(hidden), action)
-        return logprob, entropy, self.critic(hidden).squeeze(-1)
-
-
-def make_agent(args: Args, envs) -> nn.Module:
-    if args.backend == "atari":
-        return AtariAgent(envs.num_actions, envs.single_observation_shape[0], args.channels_last)
-    obs_dim = int(np.prod(envs.single_observation_shape))
-    return Agent(obs_dim, envs.num_actions, envs.continuous, args.hidden_size, args.activation)
-
-
-def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
-    return -((x - mean) ** 2) / (2 * torch.exp(2 * logstd)) - logstd - 0.5 * math.log(2 * math.pi)
-
 
 # =============================================================================
 # The pieces of the PPO update, as plain functions (the unit tests check them).
@@ -317,8 +196,8 @@ def ppo_loss(agent, args: Args, autocast, mb: Batch):
     return loss, torch.stack((pg_loss, v_loss, entropy_loss, approx_kl, clipfrac)).detach()
 
 
-def ppo_update(args: Args, batch: Batch, loss_fn, optimizer, scaler, params, comms: Collectives) -> Update:
-    """Epochs of minibatch steps over one rollout."""
+def ppo_update(args: Args, batch: Batch, loss_fn, optimizer, scaler, params, comms: Collectives, tick=lambda: None) -> Update:
+    """Epochs of minibatch steps over one rollout; `tick()` after each (the progress display's chance to print)."""
     batch_size = batch.obs.shape[0]
     minibatch_size = batch_size // args.num_minibatches
     stats_sum = torch.zeros(len(LossStats._fields), device=batch.obs.device)
@@ -351,6 +230,7 @@ def ppo_update(args: Args, batch: Batch, loss_fn, optimizer, scaler, params, com
                 optimizer.step()
             stats_sum += stats
             n_minibatches += 1
+            tick()
         if args.target_kl is not None:
             # Decided together: each rank's own KL differs, and a rank that stopped alone
             # would leave the others waiting in their next all_reduce.
@@ -380,11 +260,12 @@ def seed_everything(seed: int, deterministic: bool, device: torch.device) -> Non
 def train(args: Args) -> dict:
     """Run PPO; returns the result dict (also written to out_dir/result.json by rank 0).
 
-    Its clocks (wall and process CPU time) start here, after imports, so the times
-    in result.json include setting up environments, networks and the TensorBoard
-    writer, but not starting Python and importing torch.
+    Its clocks (wall and process CPU time) start once the arguments are checked, the
+    device is chosen and torchrun's ranks have met, with a first line saying what runs
+    and what ends it; so the times in result.json include setting up environments,
+    networks and the TensorBoard writer, but not starting Python, importing torch and
+    the environment libraries, or initialising CUDA.
     """
-    t_start, cpu_start = time.perf_counter(), time.process_time()
     args = resolve_args(args)
     device = pick_device(args, int(os.environ.get("LOCAL_RANK", "0")))
     args = dataclasses.replace(args, amp=resolve_amp(args, device))
@@ -392,18 +273,28 @@ def train(args: Args) -> dict:
     rank, world_size = comms.rank, comms.world_size
     if args.threads:
         torch.set_num_threads(args.threads)
-    out_dir = Path(args.out_dir)
-    ckpt_path = out_dir / ("checkpoint.pt" if world_size == 1 else f"checkpoint-rank{rank}.pt")
-    ckpt = checkpoint.resume_point(args, comms, ckpt_path)
     T, N = args.num_steps, args.num_envs
     global_batch = N * T * world_size
     num_iterations = max(1, args.total_timesteps // global_batch)
+    # The run's own CPU time, for the host's condition: this process, or under torchrun every rank (its launcher's tree).
+    own_root = os.getppid() if world_size > 1 else None
+    t_start, cpu_start, host_start = time.perf_counter(), time.process_time(), host.cpu_sample(own_root)
+    if rank == 0:
+        print(
+            f"ppo_bench: {args.env_id} ({args.backend} backend) on {device}, {world_size} process{'es' if world_size > 1 else ''}: "
+            f"{outputs.run_bound(args)}; {global_batch:,} steps per iteration",
+            flush=True,
+        )
+    out_dir = Path(args.out_dir)
+    ckpt_path = out_dir / ("checkpoint.pt" if world_size == 1 else f"checkpoint-rank{rank}.pt")
+    ckpt = checkpoint.resume_point(args, comms, ckpt_path)
 
     # Seeding: rank r uses seed + r; all ranks then take rank 0's initial weights.
     seed_everything(args.seed + rank, args.torch_deterministic, device)
-    envs = make_envs(args.backend, args.env_id, N, seed=args.seed + 100_000 * rank, device=device)
+    backend = BACKENDS[args.backend]
+    envs = backend.env.open(args.env_id, N, seed=args.seed + 100_000 * rank, device=device)
     obs_shape = envs.single_observation_shape
-    agent = make_agent(args, envs).to(device)
+    agent = backend.agent.for_envs(envs, args).to(device)
     for p in agent.parameters():
         comms.broadcast_(p.data, "the initial weights (broadcast from rank 0)")
     params = list(agent.parameters())
@@ -420,6 +311,9 @@ def train(args: Args) -> dict:
             print(f"ppo_bench: --resume: the checkpoint holds no {args.env_id} emulator states; new games start", flush=True)
             store.next_obs.copy_(envs.reset())
     recent = deque(state.ep_returns[-args.target_window :], maxlen=args.target_window)
+    timing = state.timing
+    wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
+    progress = outputs.Progress(args, state.global_step, clock=t_start, offset=wall0, quiet=rank != 0)
 
     # Environments that step on the device (torch's CartPole) compile, and are graphed, together with
     # the policy: --cuda-graphs captures the whole rollout. Host environments stay outside: only the
@@ -443,6 +337,7 @@ def train(args: Args) -> dict:
     @torch.no_grad()
     def rollout():
         for t in range(T):
+            progress.tick(state.global_step + t * N * world_size)  # a line when one is due, also mid-rollout
             store.obs[t].copy_(store.next_obs)
             action, logprob, value, out = act_and_step(store.next_obs)
             store.actions[t].copy_(action)
@@ -469,13 +364,9 @@ def train(args: Args) -> dict:
         checkpoint.save(ckpt_path, now, keep_previous=world_size > 1)
 
     writer = outputs.open_writer(out_dir, args, resumed_at=state.global_step if ckpt else None) if rank == 0 else None
-    progress = outputs.Progress(
-        args.total_timesteps, state.global_step, bar=args.progress, interval=args.progress_interval, quiet=rank != 0
-    )
-    timing = state.timing
-    wall0, cpu0 = timing["wall"], timing["cpu"]  # carried over from the interrupted run
     t_loop, last_ckpt = time.perf_counter(), time.monotonic()
     iteration = state.start_iteration - 1
+    stop = sliced = timed_out = False
     for iteration in range(state.start_iteration, num_iterations + 1):
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate
@@ -525,7 +416,7 @@ def train(args: Args) -> dict:
             returns=returns.reshape(-1),
             values=store.values.reshape(-1),
         )
-        update = ppo_update(args, batch, loss_fn, optimizer, scaler, params, comms)
+        update = ppo_update(args, batch, loss_fn, optimizer, scaler, params, comms, tick=lambda: progress.tick(state.global_step))
         state.update_epochs.append(update.epochs)
         sync()
         timing["update"] += time.perf_counter() - t0
@@ -547,7 +438,7 @@ def train(args: Args) -> dict:
                     flush=True,
                 )
         sps = (state.global_step - (state.start_iteration - 1) * global_batch) / max(time.perf_counter() - t_loop, 1e-9)
-        progress.update(state.global_step, mean_recent, sps, timing["wall"])
+        progress.update(state.global_step, mean_recent)
         if writer is not None:
             lr = optimizer.param_groups[0]["lr"]
             outputs.log_iteration(
@@ -566,12 +457,20 @@ def train(args: Args) -> dict:
             save(iteration)
             last_ckpt = time.monotonic()
 
-    progress.close()
+    host_end = host.cpu_sample(own_root)
+    why = outputs.stopped_by(args, stop, sliced, timed_out, iteration, num_iterations)
+    progress.close(why)
     save(iteration)
+    env_settings = envs.settings()
     envs.close()
     comms.barrier("the barrier after the last checkpoint")
     result = outputs.result_record(args, state, iteration, num_iterations, world_size, device, resumed=ckpt is not None)
-    result["process_wall_seconds"] = time.perf_counter() - t_start
+    result.update(
+        process_wall_seconds=time.perf_counter() - t_start,
+        stopped_by=why,
+        env_settings=env_settings,
+        host=host.host_condition(host_start, host_end).to_json(),
+    )
     if rank == 0:
         outputs.finish(writer, out_dir, args, state.ep_steps, state.ep_returns, state.reached, result)
     comms.barrier("the barrier after the result")

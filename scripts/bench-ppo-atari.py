@@ -7,16 +7,19 @@
 scripts/bench-ppo-setup-cleanrl.sh.) Each round runs, one after another on the same
 machine, CleanRL's unmodified ppo_atari_envpool.py (EnvPool's Breakout-v5, its defaults:
 8 environments x 128 steps, 4 epochs of 4 minibatches, fp32) and `python -m ppo_bench
---env-id ALE/Breakout-v5` with the same settings in four configurations: its defaults
+--env-id envpool/Breakout-v5` (the same game with EnvPool's settings: no sticky actions, where
+ALE/Breakout-v5 repeats actions with probability 0.25) with the same settings in four configurations: its defaults
 (--amp auto: bf16 where the CPU computes it natively), --amp off (fp32, as CleanRL),
 --channels-last, and --compile. Both use the same torch thread count (OMP_NUM_THREADS for
 CleanRL, --threads for ppo_bench) and the same number of environment steps. Steps/s are
 end to end: environment steps over wall time from after the imports (CleanRL's through
 bench-ppo-cleanrl-runner.py's timestamps) to the end of the last iteration. Writes
 OUT/bench.json and prints a Markdown table with the ratios to CleanRL (medians over the
-rounds). --record writes the default configuration's median into
-ppo_bench/release_figures.json as the release's CPU figure (`proof --bench atari` shows it).
-Exit 0 when every run finished, 1 otherwise (ratios are reported, not gated).
+rounds) and the host's condition during each ppo_bench run (common.host: quiet or busy). --record
+writes the default configuration's median into ppo_bench/release_figures.json as the release's
+CPU figure (`proof --bench atari` shows it); it refuses a figure from a run on a busy host.
+Exit 0 when every run finished (and, with --record, the figure was recorded), 1 otherwise (ratios are
+reported, not gated).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ RUNNER = HERE / "bench-ppo-cleanrl-runner.py"
 STAMP = re.compile(r"^@([\d.]+) ([\d.]+)@ (.*)$")
 SPS = re.compile(r"^SPS: (\d+)")
 BATCH = 8 * 128  # CleanRL's ppo_atari_envpool.py: num_envs x num_steps
+ENV_ID = "envpool/Breakout-v5"  # ppo_bench's name for what CleanRL's script plays: EnvPool's Breakout-v5 settings
 CONFIGS = {  # name -> ppo_bench options beyond the shared ones
     "ppo_bench (defaults)": [],
     "ppo_bench --amp off (fp32)": ["--amp", "off"],
@@ -85,7 +89,7 @@ def run_cleanrl(python: str, script: str, steps: int, threads: int, workdir: Pat
 
 
 def run_ours(python: str, extra: list[str], steps: int, threads: int, out_dir: Path, timeout: float) -> dict:
-    cmd = [python, "-m", "ppo_bench", "--env-id", "ALE/Breakout-v5", "--total-timesteps", str(steps), "--seed", "1"]
+    cmd = [python, "-m", "ppo_bench", "--env-id", ENV_ID, "--total-timesteps", str(steps), "--seed", "1"]
     cmd += ["--threads", str(threads), "--checkpoint-every", "0", "--no-progress", "--out-dir", str(out_dir), *extra]
     try:
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
@@ -107,16 +111,19 @@ def run_ours(python: str, extra: list[str], steps: int, threads: int, out_dir: P
         "amp": r["args"]["amp"],
         "torch_threads": r["torch_threads"],
         "torch": r["torch"],
+        "env_settings": r.get("env_settings"),
+        "host": r.get("host"),
     }
 
 
-def record_release_figure(sps: float, machine: dict) -> None:
+def record_release_figure(sps: float, machine: dict, rounds: int) -> None:
     path = REPO / "ppo_bench" / "release_figures.json"
     figures = json.loads(path.read_text())
-    figures["ALE/Breakout-v5"]["cpu"] = {
+    figures.setdefault(ENV_ID, {"cuda": None})["cpu"] = {
         "sps": round(sps),
         "on": f"{machine['cpu_model']}, {machine['nproc']} cores",
         "measured": dt.date.today().isoformat(),
+        "conditions": f"{rounds} round(s), the host quiet in every ppo_bench run (common.host's rule)",
         "source": "docs/benchmarks.md (scripts/bench-ppo-atari.py)",
     }
     path.write_text(json.dumps(figures, indent=2) + "\n")
@@ -181,18 +188,25 @@ def main() -> int:
     print(
         f"\n{machine['cpu_model']}, {machine['nproc']} cores; {a.steps:,} steps per run, {a.threads} torch threads, {a.rounds} rounds"
     )
-    print("\n| program | steps/s (median) | runs | ratio to CleanRL |")
-    print("|---|---|---|---|")
+    print("\n| program | steps/s (median) | runs | ratio to CleanRL | host (ppo_bench runs) |")
+    print("|---|---|---|---|---|")
     for name in names:
         per_run = ", ".join(f"{r['sps_end_to_end']:.0f}" if "error" not in r else "failed" for r in runs[name])
         ratio = summary[name]["ratio_to_cleanrl"]
-        print(f"| {name} | {summary[name]['median_sps'] or 0:,.0f} | {per_run} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+        hosts = ", ".join(("busy" if r["host"]["busy"] else "quiet") for r in runs[name] if r.get("host")) or "-"
+        print(
+            f"| {name} | {summary[name]['median_sps'] or 0:,.0f} | {per_run} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}x'} | {hosts} |"
+        )
     failed = any("error" in r for rs in runs.values() for r in rs)
-    if a.record and not failed:
-        record_release_figure(summary[names[1]]["median_sps"], machine)
+    busy = [r["host"]["busy_reasons"] for r in runs[names[1]] if r.get("host", {}).get("busy")]
+    if a.record and busy:
+        print(f"not recorded: the host was busy during the defaults' run(s): {busy}; rerun on a quiet host")
+    elif a.record and not failed:
+        record_release_figure(summary[names[1]]["median_sps"], machine, a.rounds)
         print("recorded the defaults' median as the release's CPU figure in ppo_bench/release_figures.json")
     print(f"-> {out / 'bench.json'}")
-    return 1 if failed else 0
+    return 1 if failed or (a.record and busy) else 0
 
 
 if __name__ == "__main__":

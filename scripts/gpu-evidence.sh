@@ -12,7 +12,8 @@
 # machine's torch is not the image's); NVIDIA's minimum driver for its CUDA line
 # still applies. gymnasium, tensorboard and matplotlib are optional.
 #
-# 3. The Atari mode of ppo_bench (Breakout, Nature CNN) for a fixed time each: eager,
+# 3. The Atari mode of ppo_bench (envpool/Breakout-v5: EnvPool's settings, no sticky actions, as CleanRL's
+# and LeanRL's figures and the release's CPU figure; Nature CNN) for a fixed time each: eager,
 # --compile, --compile --cuda-graphs at CleanRL's settings (8 environments), and the
 # graphed configuration with 64 environments; steps/s, GPU utilisation and memory
 # (nvidia-smi sampled every 0.5 s) in atari-*.json and atari-*.gpu.csv. ale-py and
@@ -109,8 +110,8 @@ if "$PY" -c 'import ale_py.vector_env' 2>/dev/null; then
             nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 >"$OUT/$name.gpu.csv" &
             sampler=$!
         fi
-        step "$name" $((ATARI_SECONDS + 150)) "$PY" -m ppo_bench --env-id ALE/Breakout-v5 --device "$DEVICE" "${opts[@]}" \
-            --time-limit "$ATARI_SECONDS" --total-timesteps 1000000000 --checkpoint-every 0 --no-progress --out-dir "$OUT/$name"
+        step "$name" $((ATARI_SECONDS + 150)) "$PY" -m ppo_bench --env-id envpool/Breakout-v5 --device "$DEVICE" "${opts[@]}" \
+            --time-limit "$ATARI_SECONDS" --checkpoint-every 0 --no-progress --out-dir "$OUT/$name"
         [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
         [[ -f "$OUT/$name/result.json" ]] && cp "$OUT/$name/result.json" "$OUT/$name.json"
         rm -f "$OUT/$name/checkpoint.pt"

@@ -9,6 +9,7 @@ form ran in their detail.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import logging
@@ -113,9 +114,7 @@ def check_versions(ctx: Context) -> Outcome:
 
     if problems:
         return failed("; ".join(problems))
-    summary = ", ".join(c.describe() for c in comparisons)
-    if facts.get("cudnn") is not None:
-        summary += f" ({rules.cudnn_str(facts['cudnn'])})"
+    summary = ", ".join(c.describe() for c in comparisons)  # each label with its own value (cudnn: its release too)
     wheels = f"{len(wheels_ok)} CUDA wheels match torch's requirements" if wheels_ok else "no CUDA wheels required"
     return passed(f"{summary}; {wheels}")
 
@@ -400,7 +399,7 @@ def compile_and_compare(device: str) -> Outcome:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(device).eval()
     x = torch.randn(16, 32, device=device)
     try:
-        with torch.no_grad():  # inference graph only: half the compile time of a training graph
+        with torch.no_grad(), skip_isa_probe(device):  # inference graph only: half the compile time of a training graph
             eager = model(x)
             compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break raises instead of running eager
             out = compiled(x)
@@ -412,8 +411,38 @@ def compile_and_compare(device: str) -> Outcome:
     err = max((out - eager).abs().max().item(), (again - eager_again).abs().max().item())
     if not err <= 1e-4:
         return failed(f"torch.compile on {device} differs from eager by {err:.2e}")
-    backend = f"Inductor/Triton ({compiler})" if device == "cuda" else f"Inductor C++ ({compiler})"
-    return passed(f"{device}, {backend}: matches eager (max abs diff {err:.1e})")
+    if device == "cuda":
+        return passed(f"{device}, Inductor/Triton ({compiler}): matches eager (max abs diff {err:.1e})")
+    return passed(
+        f"{device}, Inductor C++ ({compiler}, scalar kernels): matches eager (max abs diff {err:.1e}); "
+        "a first torch.compile in a new container adds its vector-ISA probe"
+    )
+
+
+@contextlib.contextmanager
+def skip_isa_probe(device: str):
+    """On the CPU, compile scalar C++ kernels, without Inductor's probe of the vector instruction sets:
+    before its first CPU kernel Inductor compiles and loads a test library per instruction set and
+    feature the CPU claims (AVX2, AVX-512 and its BF16 and VNNI, AMX: up to eight g++ runs), which was
+    most of this check's time on 2 cores (docs/benchmarks.md). What the check proves stays the same:
+    Inductor generates C++, this host's compiler builds it against Python's headers, the library
+    loads from the cache folder and computes what eager computes. The probe only chooses how wide the
+    kernels are (a failed probe falls back to a narrower set), and a user's first torch.compile in a
+    new container still runs it. `cpp.vec_isa_ok = False` is Inductor's own switch; the probe's
+    answers are forgotten afterwards, so a later compile in this process probes as usual."""
+    if device != "cpu":
+        yield
+        return
+    import torch._inductor.config as inductor_config
+
+    try:
+        with inductor_config.patch({"cpp.vec_isa_ok": False}):
+            yield
+    finally:
+        for module in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):  # where torch 2.5+ / 2.4 keep it
+            cached = getattr(sys.modules.get(module), "valid_vec_isa_list", None)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
 
 
 def check_compile(ctx: Context) -> Outcome:

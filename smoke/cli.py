@@ -80,7 +80,8 @@ def facts_lines(facts: dict, expect: dict, require_gpu: bool) -> list[str]:
     gpus = ", ".join(f"{g['name']} (sm_{g['capability'].replace('.', '')}, {g['memory_gb']} GB)" for g in facts["gpus"]) or "none"
     return [
         f"proven-torch smoke: variant {expect.get('variant') or '?'}, require_gpu={str(require_gpu).lower()}",
-        f"  torch {facts['torch']}  CUDA {facts['cuda']}  cuDNN {facts['cudnn']}  NCCL {facts['nccl']}  Python {facts['python']}",
+        f"  torch {facts['torch']}  CUDA {facts['cuda']}  cuDNN {rules.cudnn_str(facts['cudnn'])}  NCCL {facts['nccl']}  "
+        f"Python {facts['python']}",
         f"  torchvision {facts['torchvision']}  torchaudio {facts['torchaudio']}",
         f"  GPUs: {gpus}  driver: {facts['driver'] or 'none'}  /dev/shm: {rules.human_bytes(facts['shm_bytes'])}",
     ]

@@ -29,7 +29,7 @@ from typing import TextIO
 from common import deadlines, procs
 from common import rules as common_rules
 from common.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, OneLineParser, UsageError, write_json
-from common.host import host_cpu
+from common.host import host_cpu, speed_words
 from smoke import cli, facts, rules
 from smoke.expect import load_spec
 
@@ -135,6 +135,7 @@ def release_comparison(release: dict | None, runs: dict[str, dict]) -> dict | No
         steps_to_target=mine.get("steps_to_target"),
         sps_ratio=round(sps / rel_sps, 2) if sps and rel_sps else None,
         seconds_ratio=round(secs / rel_secs, 2) if secs and rel_secs else None,
+        host_busy=(mine.get("host") or {}).get("busy_reasons") or [],  # common.host's rule; [] when quiet or unknown
     )
     return out
 
@@ -148,13 +149,18 @@ def comparison_line(comparison: dict | None) -> str:
         return f"release figures are from {on}; this host did not run the gate there: no like-for-like ratio"
     parts = []
     if comparison.get("sps_ratio") is not None:
-        parts.append(f"steps/s {comparison['sps']:,.0f} vs {rel['sps']:,.0f} ({comparison['sps_ratio']:.2f}x)")
+        ratio = comparison["sps"] / rel["sps"]
+        parts.append(f"steps/s {comparison['sps']:,.0f} vs {rel['sps']:,.0f} ({speed_words(ratio)})")
     if comparison.get("seconds_ratio") is not None:
+        ratio = comparison["seconds_to_target"] / rel["seconds_to_target"]
         parts.append(
             f"seconds to target {comparison['seconds_to_target']:.1f} vs {rel['seconds_to_target']:.1f} "
-            f"({comparison['seconds_ratio']:.2f}x)"
+            f"({speed_words(ratio, lower_is_better=True)})"
         )
-    return f"against the release ({on}): " + ("; ".join(parts) or "no figures to compare")
+    line = f"against the release ({on}): " + ("; ".join(parts) or "no figures to compare")
+    if comparison.get("host_busy"):
+        line += f"; not comparable: the host was busy during the gate ({'; '.join(comparison['host_busy'])})"
+    return line
 
 
 def ppo_failure(gate: dict, result: dict, exit_code: int | None) -> str | None:
@@ -309,7 +315,8 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
     if runs:
         print(comparison_line(comparison), file=out, flush=True)
     if record.get("gpu_cpu_sps_ratio"):
-        print(f"GPU/CPU steps/s ratio of the gate: {record['gpu_cpu_sps_ratio']:.2f}x", file=out, flush=True)
+        ratio = record["ppo"]["sps_end_to_end"] / record["ppo_cpu"]["sps_end_to_end"]
+        print(f"the gate's steps/s on the GPU: {speed_words(ratio)} than on the CPU", file=out, flush=True)
     record.update(ok=not failures, failures=failures, seconds=round(time.monotonic() - started, 1), out=str(out_dir))
     record["verdict"] = verdict_line(not failures, place, failures)
     return (EXIT_PROVEN if not failures else EXIT_FAILED), record

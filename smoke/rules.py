@@ -8,6 +8,7 @@ run, a wheel set it did not install).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.rules import normalize_name
@@ -62,19 +63,27 @@ def cudnn_str(value: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One pinned value against what was found."""
+    """One pinned value against what was found; `show` writes a value as a person reads it."""
 
     what: str
     expected: object
     actual: object
     ok: bool
+    show: Callable[[object], str] = str
+
+    def _shown(self, value: object) -> str:
+        return "absent" if value is None else self.show(value)
 
     def describe(self) -> str:
+        """'cudnn 9.10.2 (91002)': the label, then its own value, nothing else's."""
         if self.ok:
-            return f"{self.what} {self.actual if self.actual is not None else 'absent'}"
-        want = "absent" if self.expected is None else self.expected
-        got = "absent" if self.actual is None else self.actual
-        return f"{self.what}: expected {want}, found {got}"
+            return f"{self.what} {self._shown(self.actual)}"
+        return f"{self.what}: expected {self._shown(self.expected)}, found {self._shown(self.actual)}"
+
+
+def cudnn_shown(value: object) -> str:
+    """91002 -> '9.10.2 (91002)': the release, and the integer torch reports (what the pin holds)."""
+    return f"{cudnn_str(value)} ({value})"
 
 
 def compare_versions(expect: dict, facts: dict) -> list[Comparison]:
@@ -89,7 +98,7 @@ def compare_versions(expect: dict, facts: dict) -> list[Comparison]:
         out.append(Comparison(key, want, got, want == got))
     out.append(Comparison("cuda", expect.get("cuda"), facts.get("cuda"), expect.get("cuda") == facts.get("cuda")))
     want_cudnn, got_cudnn = expect.get("cudnn"), facts.get("cudnn")
-    out.append(Comparison("cudnn", want_cudnn, got_cudnn, want_cudnn == got_cudnn))
+    out.append(Comparison("cudnn", want_cudnn, got_cudnn, want_cudnn == got_cudnn, show=cudnn_shown))
     out.append(Comparison("nccl", expect.get("nccl"), facts.get("nccl"), expect.get("nccl") == facts.get("nccl")))
     py = facts.get("python")
     py_minor = ".".join(str(py).split(".")[:2]) if py else None

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from ppo_bench import __main__ as cli
-from ppo_bench.config import backend_for, resolve_args
-from ppo_bench.envs import AtariEnv, rom_of
+from ppo_bench.agents import AtariAgent
+from ppo_bench.backends import backend_for
+from ppo_bench.config import resolve_args
+from ppo_bench.envs import AtariEnv, atari_game
 from ppo_bench.errors import EXIT_USAGE, ConfigError
-from ppo_bench.ppo import Args, AtariAgent, train
+from ppo_bench.ppo import Args, train
 
 pytestmark = pytest.mark.unit
 
@@ -53,24 +55,87 @@ def test_channels_last_computes_the_same_values():
 
 @pytest.mark.parametrize(
     "env_id, rom",
-    [("ALE/Breakout-v5", "breakout"), ("ALE/MontezumaRevenge-v5", "montezuma_revenge"), ("ALE/Pong-v5", "pong")],
+    [
+        ("ALE/Breakout-v5", "breakout"),
+        ("ALE/MontezumaRevenge-v5", "montezuma_revenge"),
+        ("ALE/Pong-v5", "pong"),
+        ("envpool/Breakout-v5", "breakout"),
+    ],
 )
-def test_gymnasium_ids_name_ale_roms(env_id, rom):
-    assert rom_of(env_id) == rom
-    assert backend_for(env_id) == "atari"
+def test_atari_ids_name_ale_roms(env_id, rom):
+    assert atari_game(env_id).rom == rom
+    assert backend_for(env_id).name == "atari"
 
 
 def test_backend_auto_picks_by_environment():
-    assert backend_for("CartPole-v1") == "torch" and backend_for("Pendulum-v1") == "gymnasium"
+    assert backend_for("CartPole-v1").name == "torch" and backend_for("Pendulum-v1").name == "gymnasium"
     args = resolve_args(Args(env_id="ALE/Breakout-v5"))
     assert (args.backend, args.num_envs, args.num_steps, args.clip_coef, args.learning_rate) == ("atari", 8, 128, 0.1, 2.5e-4)
     assert args.clip_vloss and args.ent_coef == 0.01 and args.target_kl is None and args.amp == "auto"
     assert resolve_args(Args()).backend == "torch" and resolve_args(Args()).clip_coef == 0.2
+    assert resolve_args(Args(env_id="envpool/Breakout-v5")).backend == "atari"
 
 
 def test_unknown_game_is_one_clear_error():
-    with pytest.raises(ConfigError, match="no ROM 'no_such_game'"):
+    with pytest.raises(ConfigError, match="gymnasium has no ALE/NoSuchGame-v5"):
         AtariEnv("ALE/NoSuchGame-v5", 1, seed=0)
+    with pytest.raises(ConfigError, match="gymnasium has no ALE/NoSuchGame-v5"):
+        resolve_args(Args(env_id="ALE/NoSuchGame-v5"))  # before anything is built
+
+
+# --- the id's version honoured: v5's sticky actions, and CleanRL's EnvPool settings by their own name --------
+
+
+def test_ale_v5_plays_with_gymnasiums_sticky_actions():
+    import ale_py  # noqa: F401  registers ALE/ ids
+    import gymnasium as gym
+
+    env = AtariEnv("ALE/Breakout-v5", 1, seed=0)
+    try:
+        assert env.repeat_action_probability == 0.25 == gym.spec("ALE/Breakout-v5").kwargs["repeat_action_probability"]
+        assert env.settings()["repeat_action_probability"] == 0.25
+    finally:
+        env.close()
+
+
+def test_envpool_name_plays_cleanrls_settings_without_sticky_actions():
+    env = AtariEnv("envpool/Breakout-v5", 1, seed=0)
+    try:
+        assert env.repeat_action_probability == 0.0
+        assert env.settings()["defined_by"].startswith("EnvPool's Breakout-v5")
+    finally:
+        env.close()
+
+
+def observations(env_id: str, steps: int = 300) -> list[np.ndarray]:
+    """Frames of 2 Breakout games, seed 1, under one fixed random action sequence."""
+    env = AtariEnv(env_id, 2, seed=1)
+    rng = np.random.default_rng(0)
+    try:
+        seen = [env.reset().numpy().copy()]
+        for _ in range(steps):
+            seen.append(env.step(torch.as_tensor(rng.integers(0, env.num_actions, 2))).obs.numpy().copy())
+    finally:
+        env.close()
+    return seen
+
+
+def test_the_sticky_probability_reaches_the_emulator():
+    """Same seed, same actions: the two EnvPool-settings runs agree frame for frame, the v5 run (actions
+    repeated with probability 0.25) parts from them."""
+    plain, again, sticky = (
+        observations("envpool/Breakout-v5"),
+        observations("envpool/Breakout-v5"),
+        observations("ALE/Breakout-v5"),
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(plain, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(plain, sticky, strict=True))
+
+
+@pytest.mark.parametrize("env_id", ["envpool/Breakout-v4", "Breakout-v5"])
+def test_other_atari_forms_are_refused_with_the_two_that_work(env_id):
+    with pytest.raises(ConfigError, match="envpool/Breakout-v5"):
+        resolve_args(Args(backend="atari", env_id=env_id))
 
 
 @pytest.mark.parametrize(

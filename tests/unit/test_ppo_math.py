@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from ppo_bench.ppo import Agent, clipped_policy_loss, clipped_value_loss, compute_gae
+from ppo_bench.agents import Agent
+from ppo_bench.ppo import clipped_policy_loss, clipped_value_loss, compute_gae
 
 pytestmark = pytest.mark.unit
 

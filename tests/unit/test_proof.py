@@ -14,6 +14,7 @@ from pipeline.render import spec_path
 from pipeline.variants import load_matrix
 from ppo_bench import bench
 from smoke import proof
+from tests.proof_rows import header_pairs, header_source, printed_rows, version_row_source, versions_row_pairs
 
 pytestmark = pytest.mark.unit
 
@@ -94,7 +95,25 @@ def test_release_comparison_is_like_for_like():
     mine = {"sps_end_to_end": 150_000.0, "seconds_to_target": 1.0, "steps_to_target": 180_224}
     comparison = proof.release_comparison(RELEASE, {"cpu": mine, "cuda": {"sps_end_to_end": 9e6}})
     assert comparison["comparable"] and comparison["sps_ratio"] == 1.5 and comparison["seconds_ratio"] == 0.5
-    assert "(1.50x)" in proof.comparison_line(comparison)
+    line = proof.comparison_line(comparison)
+    assert "steps/s 150,000 vs 100,000 (1.50x faster)" in line and "seconds to target 1.0 vs 2.0 (2.00x faster)" in line
+    assert "not comparable" not in line
+
+
+def test_slower_reads_slower_for_steps_per_second_and_for_seconds():
+    """The proof that printed "0.62x" for steps/s and "1.62x" for seconds to target: both slower, said so."""
+    mine = {"sps_end_to_end": 62_000.0, "seconds_to_target": 3.24, "steps_to_target": 180_224}
+    line = proof.comparison_line(proof.release_comparison(RELEASE, {"cpu": mine}))
+    assert "(1.61x slower)" in line and "(1.62x slower)" in line and "faster" not in line
+
+
+def test_a_busy_host_makes_the_comparison_say_not_comparable():
+    reasons = ["other work took 1.20 of the 2 CPUs, leaving the run 0.80 of its 2 cores"]
+    mine = {"sps_end_to_end": 50_000.0, "host": {"busy": True, "busy_reasons": reasons}}
+    comparison = proof.release_comparison(RELEASE, {"cpu": mine})
+    assert comparison["sps_ratio"] == 0.5  # the JSON keeps its number
+    line = proof.comparison_line(comparison)
+    assert line.endswith(f"(2.00x slower); not comparable: the host was busy during the gate ({reasons[0]})")
 
 
 def test_release_from_another_device_gives_no_ratio():
@@ -161,30 +180,59 @@ def test_host_proof_prints_the_table_then_one_verdict(host_proof):
     assert [line for line in lines if line.startswith("proof: PROVEN") or line.startswith("proof: FAILED")] == [record["verdict"]]
 
 
+@pytest.mark.process
+def test_host_proof_rows_say_what_they_measured(host_proof):
+    """Every label of the facts header and of the versions row, in a real proof's output, carries the value
+    of its own item, as the smoke suite collected it."""
+    done, record, _ = host_proof
+    facts = record["smoke"]["facts"]
+    header, rows = printed_rows(done.stdout)
+    assert header_pairs(header) == header_source(facts)
+    assert versions_row_pairs(rows["versions"]) == version_row_source(facts)
+    assert set(rows) == {c["name"] for c in record["smoke"]["checks"]}
+
+
 # --- proof --bench atari: its line, beside the release's figure or saying there is none -----
 
 BENCH_RESULT = {
     "device": "cpu",
     "gpu_name": None,
-    "env_id": "ALE/Breakout-v5",
+    "env_id": "envpool/Breakout-v5",
+    "env_settings": {"repeat_action_probability": 0.0},
     "num_envs": 8,
     "total_env_steps": 12288,
+    "wall_seconds": 20.07,
     "sps_end_to_end": 612.4,
-    "args": {"amp": "bf16"},
+    "args": {"amp": "bf16", "time_limit": 20.0},
     "cpu": "AMD EPYC 9B14, 2 cores",
 }
 
 
 def test_bench_line_puts_the_release_figure_beside_this_hosts():
     release = {"sps": 600, "on": "AMD EPYC 9B14, 2 cores", "source": "docs/benchmarks.md"}
-    line = bench.bench_line("atari", BENCH_RESULT, release, 20)
-    assert line.startswith("proof --bench atari: 612 steps/s on cpu (AMD EPYC 9B14, 2 cores; ALE/Breakout-v5, 8 envs, amp bf16")
-    assert "release figure: 600 steps/s on AMD EPYC 9B14, 2 cores (1.02x; docs/benchmarks.md)" in line
+    line = bench.bench_line("atari", BENCH_RESULT, release)
+    assert line.startswith(
+        "proof --bench atari: 612 steps/s on cpu (AMD EPYC 9B14, 2 cores; envpool/Breakout-v5, sticky actions 0, 8 envs, "
+        "amp bf16; 12,288 steps in 20.1 s, time limit 20 s)"
+    )
+    assert "release figure: 600 steps/s on AMD EPYC 9B14, 2 cores (1.02x faster; docs/benchmarks.md)" in line
+    assert "not comparable" not in line
+    quiet = {"busy": False, "busy_reasons": []}
+    assert bench.bench_line("atari", {**BENCH_RESULT, "host": quiet}, release).endswith("; the host was quiet")
+
+
+def test_bench_line_says_the_steps_and_seconds_the_run_really_took():
+    """A 20 s benchmark whose last iteration ran to 36 s (a busy host) says 36 s, and that its ratio is not comparable."""
+    reasons = ["other work took 1.60 of the 2 CPUs, leaving the run 0.40 of its 2 cores"]
+    result = {**BENCH_RESULT, "total_env_steps": 2048, "wall_seconds": 35.83, "sps_end_to_end": 57.2}
+    line = bench.bench_line("atari", {**result, "host": {"busy": True, "busy_reasons": reasons}}, {"sps": 555, "on": "x"})
+    assert "2,048 steps in 35.8 s, time limit 20 s)" in line and "(9.70x slower;" in line
+    assert line.endswith(f"; not comparable: the host was busy ({reasons[0]})")
 
 
 def test_bench_line_on_a_gpu_without_a_release_figure_says_unmeasured():
     result = {**BENCH_RESULT, "device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
-    line = bench.bench_line("atari", result, None, 60)
+    line = bench.bench_line("atari", result, None)
     assert "on cuda (NVIDIA H100 80GB HBM3;" in line
     assert line.endswith("release figure on cuda: none (unmeasured: no GPU has run it yet)")
 
@@ -197,7 +245,15 @@ def test_release_figures_are_read_per_game_and_device_kind(tmp_path):
     assert bench.release_figure("ALE/Pong-v5", "cpu", figures) is None
     assert bench.release_figure("ALE/Breakout-v5", "cpu", tmp_path / "missing.json") is None
     committed = json.loads(bench.RELEASE_FIGURES.read_text())
-    assert committed["ALE/Breakout-v5"]["cuda"] is None, "a GPU figure needs a GPU run (docs/evidence/) first"
+    assert committed[bench.BENCHES["atari"]]["cuda"] is None, "a GPU figure needs a GPU run (docs/evidence/) first"
+    assert committed[bench.BENCHES["atari"]]["cpu"]["sps"] > 0  # the figure proof --bench atari shows, under its game's id
+
+
+def test_the_benchmark_plays_cleanrls_envpool_settings_like_its_release_figure():
+    """The release's figure (and CleanRL's side by side) is EnvPool's Breakout-v5: no sticky actions."""
+    from ppo_bench.envs import atari_game
+
+    assert atari_game(bench.BENCHES["atari"]).repeat_action_probability == 0.0
 
 
 def test_bench_seconds_must_be_positive():

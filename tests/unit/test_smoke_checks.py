@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -77,7 +80,7 @@ def test_versions_fail_when_cuda_is_expected_of_a_cpu_torch(host_facts):
     ctx = checks.Context(expect={**ctx.expect, **CUDA_EXPECT}, require_gpu=False, facts=ctx.facts)
     outcome = checks.check_versions(ctx)
     assert outcome.status == "fail"
-    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 99001", "nccl: expected 2.99.3"):
+    for fragment in ("cuda: expected 12.8, found absent", "cudnn: expected 9.90.1 (99001)", "nccl: expected 2.99.3"):
         assert fragment in outcome.detail
 
 
@@ -250,6 +253,39 @@ def test_compile_on_cpu_matches_eager(host_facts):
     outcome = checks.check_compile(ctx_for(host_facts, cuda_available=False, gpu_count=0, gpus=[], driver=None))
     assert outcome.status == "pass", outcome.detail
     assert outcome.detail.startswith("cpu, Inductor C++")
+
+
+COUNT_COMPILES = """
+import json, sys
+import torch
+from torch._inductor import cpp_builder, cpu_vec_isa
+from smoke import checks
+
+probes, builds = [], []
+probe, build = cpu_vec_isa.VecISA.check_build, cpp_builder.CppBuilder.build
+cpu_vec_isa.VecISA.check_build = lambda self, code: probes.append(str(self)) or probe(self, code)
+cpp_builder.CppBuilder.build = lambda self: builds.append(1) or build(self)
+outcome = checks.compile_and_compare("cpu")
+during = {"status": outcome.status, "detail": outcome.detail, "probes": list(probes), "builds": len(builds)}
+cpu_vec_isa.valid_vec_isa_list()  # a compile after the check probes as usual
+print(json.dumps({**during, "probes_after": len(probes) - len(during["probes"])}))
+"""
+
+
+@pytest.mark.process
+def test_compile_check_builds_its_kernel_but_not_inductors_isa_probe(tmp_path):
+    """In a new process with an empty Inductor cache (a new container): g++ compiles the check's kernel, and
+    Inductor's test library per vector ISA (most of the check's time on 2 cores) is left for later compiles."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), PYTHONPATH=str(procs.PACKAGE_ROOT))
+    done = subprocess.run([sys.executable, "-c", COUNT_COMPILES], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counted["status"] == "pass", counted["detail"]
+    assert counted["builds"] >= 1 and counted["probes"] == []
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    if cpu_vec_isa.x86_isa_checker():  # an x86 CPU with vector ISAs: the later compile did probe them
+        assert counted["probes_after"] >= 1
 
 
 def test_compile_without_a_compiler_fails_clearly(monkeypatch):
