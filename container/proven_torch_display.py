@@ -114,18 +114,19 @@ def display_problem(environ: dict[str, str], socket_dir: str = X11_SOCKET_DIR) -
     return x11_problem(display, socket_dir)
 
 
-def fixes(environ: dict[str, str]) -> str:
-    """What to do about it: the same three ways everywhere, plus MUJOCO_GL when it is the user's own."""
+def fixes(environ: dict[str, str], library: str = "") -> str:
+    """What to do about it: the same three ways everywhere; for GLFW, a word on a MUJOCO_GL of the user's own."""
     lines = [
         "  - in JupyterLab: open the Desktop tile in the launcher; kernels and terminals of the Lab draw on it",
         "  - over SSH: connect with `ssh -X` (or -Y); windows then show on your own screen",
         '  - no window at all: render_mode="rgb_array" gives frames (gymnasium.wrappers.RecordVideo writes an mp4)',
     ]
-    mujoco_gl = environ.get("MUJOCO_GL")
-    if mujoco_gl and mujoco_gl != environ.get(IMAGE_GL_MARK):
+    mujoco_gl = environ.get("MUJOCO_GL", "")
+    image_gl = environ.get(IMAGE_GL_MARK)
+    if library.startswith("GLFW") and mujoco_gl and mujoco_gl != image_gl and mujoco_gl.lower() not in ("egl", "osmesa"):
         lines.append(
-            f"  - MUJOCO_GL={mujoco_gl} is your own setting (the image's is {environ.get(IMAGE_GL_MARK) or 'unset'});"
-            " GLFW needs a display even for rgb_array frames: unset it to render them through EGL without one"
+            f"  - MUJOCO_GL={mujoco_gl} is your own setting (the image's is {image_gl or 'unset'}): GLFW renders"
+            " rgb_array frames too, and needs a display for them; unset it to render them through EGL without one"
         )
     return "\n".join(lines)
 
@@ -133,7 +134,7 @@ def fixes(environ: dict[str, str]) -> str:
 def message(library: str, problem: str, environ: dict[str, str]) -> str:
     return (
         f'{library} needs a display to open a window (render_mode="human"), and this process has none: {problem}.\n'
-        f"{fixes(environ)}\n"
+        f"{fixes(environ, library)}\n"
         f"(proven-torch: {DOCS}; {OFF_SWITCH}=off lets {library} try anyway)"
     )
 
@@ -179,16 +180,22 @@ def _patch_glfw(module) -> None:
     module.init, module.create_window = init, create_window
 
 
+def _pygame_error(text: str) -> NoDisplayError:
+    """A NoDisplayError that is a pygame.error too, so `except pygame.error` catches it."""
+    base = getattr(sys.modules.get("pygame.base"), "error", None)
+    if not isinstance(base, type) or issubclass(NoDisplayError, base):
+        return NoDisplayError(text)
+    return type("NoDisplayError", (NoDisplayError, base), {"__module__": __name__})(text)
+
+
 def _patch_pygame_display(module) -> None:
     original = module.set_mode
-    base = getattr(sys.modules.get("pygame.base"), "error", None)
-    error = type("NoDisplayError", (NoDisplayError, base), {}) if isinstance(base, type) else NoDisplayError
 
     def set_mode(*args, **kwargs):
         if not os.environ.get("SDL_VIDEODRIVER"):  # an explicit driver (dummy, offscreen) is the user's choice
             problem = display_problem(dict(os.environ))
             if problem is not None:
-                raise error(message("pygame", problem, dict(os.environ)))
+                raise _pygame_error(message("pygame", problem, dict(os.environ)))
         return original(*args, **kwargs)
 
     set_mode.__wrapped__ = original  # type: ignore[attr-defined]

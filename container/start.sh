@@ -157,6 +157,9 @@ start_sshd() {
     setup_authorized_keys || return 1
     setup_host_keys || return 1
     write_ssh_environment || { log "SSH: cannot write ~/.ssh/environment; SSH stays off."; return 1; }
+    # sshd's xauth adds the `ssh -X` session's cookie here; made empty first, so it does not greet
+    # the first session on its terminal with "file ~/.Xauthority does not exist".
+    [[ -e "$SSH_HOME/.Xauthority" ]] || (umask 077 && : >"$SSH_HOME/.Xauthority") 2>/dev/null || true
     # Per-container paths first (sshd keeps the first value it reads), then the policy.
     cat >"$config" <<EOF
 # Written by start.sh at container start. The policy is in $CONTAINER_DIR/sshd_config.
