@@ -83,13 +83,14 @@ env_id, marker, hold = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 kwargs = {"width": 480, "height": 360} if env_id.startswith("HalfCheetah") else {}
 env = gym.make(env_id, render_mode="human", **kwargs)
 env.reset(seed=0)
-steps = 0
+steps, start = 0, time.monotonic()
 for _ in range(50):
     _, _, terminated, truncated, _ = env.step(env.action_space.sample())
     steps += 1
     if terminated or truncated:
         env.reset()
-marker.write_text(json.dumps({"pid": os.getpid(), "steps": steps, "display": os.environ.get("DISPLAY")}))
+seconds = round(time.monotonic() - start, 2)
+marker.write_text(json.dumps({"pid": os.getpid(), "steps": steps, "seconds": seconds, "display": os.environ.get("DISPLAY")}))
 deadline = time.monotonic() + hold
 while not marker.with_suffix(".close").exists() and time.monotonic() < deadline:
     env.render()  # keeps the window drawn (ALE draws in step; its render() is a no-op in human mode)
@@ -393,6 +394,61 @@ def test_human_mode_on_the_desktop_prints_no_error_lines(watched, env_id):
 def test_the_screenshot_differs_from_the_empty_desktop_in_the_viewers_area(watched):
     shares = watched["windows"]["HalfCheetah-v5"]["screenshot_share"]
     assert shares["inside"] > 0.3 and shares["far"] < 0.02, shares
+
+
+# --- rgb_array stays on EGL; a MUJOCO_GL of the user's own is honoured ---------------------------
+
+FRAMES = r"""
+import json, os, time
+import gymnasium as gym
+from proven_torch_display import NoDisplayError
+
+env = gym.make("HalfCheetah-v5", render_mode="rgb_array")
+env.reset(seed=0)
+try:
+    frame = env.render()
+    start = time.perf_counter()
+    for _ in range(10):
+        frame = env.render()
+    context = type(env.unwrapped.mujoco_renderer.viewer.opengl_context)
+    outcome = {"context": f"{context.__module__}.{context.__name__}", "shape": list(frame.shape),
+               "render_ms": round((time.perf_counter() - start) * 100, 1)}
+except NoDisplayError as err:
+    outcome = {"error": str(err)}
+print("RECORD " + json.dumps({**outcome, "MUJOCO_GL": os.environ.get("MUJOCO_GL")}))
+"""
+
+
+@pytest.fixture(scope="module")
+def frames(desktop, watched):
+    """rgb_array frames with the desktop open: the image's MUJOCO_GL, then the user's own (glfw), then
+    the user's own with no display."""
+    runs = {
+        "image's": {},
+        "user's glfw": {"MUJOCO_GL": "glfw"},
+        "user's glfw, no display": {"MUJOCO_GL": "glfw", "DISPLAY": ":7"},
+    }
+    found = {}
+    for name, env in runs.items():
+        code, out = run_python(desktop, FRAMES, timeout=120, **env)
+        assert code == 0, out[-3000:]
+        found[name] = record_of(out)
+    return found
+
+
+def test_rgb_array_frames_stay_on_egl_with_a_display(frames):
+    assert frames["image's"]["MUJOCO_GL"] == "egl"
+    assert frames["image's"]["context"] == "mujoco.egl.GLContext" and frames["image's"]["shape"] == [480, 480, 3]
+
+
+def test_a_mujoco_gl_of_the_users_own_is_honoured(frames):
+    assert frames["user's glfw"]["context"] == "mujoco.glfw.GLContext"  # GLFW, on the desktop's GLX
+    assert frames["user's glfw"]["shape"] == [480, 480, 3]
+
+
+def test_a_mujoco_gl_of_the_users_own_without_a_display_says_so(frames):
+    text = frames["user's glfw, no display"]["error"]
+    assert "MUJOCO_GL=glfw is your own setting (the image's is egl)" in text
 
 
 # --- ssh -X ----------------------------------------------------------------------------------
