@@ -257,7 +257,7 @@ def geometry(desktop, window: str) -> dict:
 
 def changed_share(before: bytes, after: bytes, box: tuple[int, int, int, int]) -> float:
     """The share of pixels in `box` (left, top, right, bottom) that differ between two screenshots."""
-    from PIL import Image, ImageChops
+    from PIL import Image, ImageChops  # pillow: matplotlib's, in the host venv (scripts/host-venv.sh)
 
     a, b = (Image.open(io.BytesIO(png)).convert("RGB").crop(box) for png in (before, after))
     diff = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > 24 else 0)
