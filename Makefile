@@ -19,7 +19,7 @@ CA_CERT ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
 CA_FLAG := $(if $(CA_CERT),--ca-cert $(CA_CERT))
 PYTEST_ARGS ?=
 
-SHELL_FILES := container/start.sh container/profile.sh container/proof scripts/*.sh .ci/run
+SHELL_FILES := container/start.sh container/profile.sh container/proof container/desktop/start-desktop.sh scripts/*.sh .ci/run
 
 LINES ?=
 

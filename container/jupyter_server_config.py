@@ -36,6 +36,16 @@ c.LabApp.news_url = None
 # image's PATH like every other way in (docs/using-the-image.md).
 c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
 
+# The desktop's X display and its cookie (the Desktop tile, below). Windows opened by the Lab's
+# kernels and terminals (render_mode="human", an xterm) go there: both names are in the Lab's
+# environment, which they inherit. A DISPLAY the container was given (`-e DISPLAY=...` with an X
+# socket mounted) is kept as it is.
+DESKTOP_DISPLAY = ":1"
+DESKTOP_XAUTHORITY = "/tmp/proven-torch/desktop/Xauthority"
+if not os.environ.get("DISPLAY"):
+    os.environ["DISPLAY"] = DESKTOP_DISPLAY
+    os.environ["XAUTHORITY"] = DESKTOP_XAUTHORITY
+
 # TensorBoard behind the one published port, at /tensorboard/ under Jupyter's base URL and
 # behind Jupyter's own token or password (jupyter-server-proxy starts it on the first visit
 # and lists it in the Lab launcher). It reads $TENSORBOARD_LOGDIR, by default /workspace.
@@ -56,5 +66,20 @@ c.ServerProxy.servers = {
         "timeout": 60,
         "new_browser_tab": True,
         "launcher_entry": {"title": "TensorBoard"},
-    }
+    },
+    # The desktop (docs/using-the-image.md, "Watch your agent"). jupyter-remote-desktop-proxy
+    # brings the Desktop tile and its noVNC page at /desktop/, which talks to this server,
+    # "desktop-websockify", behind the same token. Its own entry of that name would start
+    # Debian's vncserver wrapper (a free display number, files in ~/.vnc, the cookie in
+    # ~/.Xauthority); this one, registered first and so the one that answers, starts
+    # container/desktop/start-desktop.sh: TigerVNC on DESKTOP_DISPLAY, reachable only through
+    # the socket jupyter-server-proxy makes in a private folder, then blackbox. It starts on the
+    # first visit of the tile (nothing runs until then) and stops with the Lab.
+    "desktop-websockify": {
+        "command": ["/opt/proven-torch/container/desktop/start-desktop.sh", DESKTOP_DISPLAY, "{unix_socket}", DESKTOP_XAUTHORITY],
+        "unix_socket": True,
+        "raw_socket_proxy": True,
+        "timeout": 30,
+        "launcher_entry": {"enabled": False},  # the package's own entry draws the tile
+    },
 }

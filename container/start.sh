@@ -17,7 +17,7 @@
 #
 # Environment (docs/using-the-image.md): JUPYTER_TOKEN, JUPYTER_TOKEN_FILE,
 # JUPYTER_PASSWORD_HASH, PUBLIC_KEY, PUBLIC_KEY_FILE, SSH_PORT (2222),
-# SSH_HOST_KEY_DIR (/workspace/.ssh-host-keys).
+# SSH_HOST_KEY_DIR (/workspace/.ssh-host-keys), SSH_X11_FORWARDING (yes; no turns off `ssh -X`).
 #
 # Everything runs as the container's user (any UID): sshd too, so only that user
 # can log in, with a key, and no process here can become root.
@@ -29,7 +29,8 @@ readonly DEFAULT_HOST_KEY_DIR=/workspace/.ssh-host-keys
 # sshd's log lines (stderr, \r\n-terminated) lose the \r and the two lines each
 # healthcheck probe (connect, read the banner, close) would add every few seconds.
 readonly SSHD_LOG_FILTER='s/\r$//; /^kex_exchange_identification: Connection closed by remote host$/d; /^Connection closed by 127\.0\.0\.1 port [0-9]*$/d'
-readonly SSH_ENV_SKIP=" JUPYTER_TOKEN JUPYTER_TOKEN_FILE JUPYTER_PASSWORD_HASH PUBLIC_KEY PUBLIC_KEY_FILE HOSTNAME PWD OLDPWD SHLVL TERM _ "
+# DISPLAY and XAUTHORITY too: sshd sets them for an `ssh -X` session, and the file would win.
+readonly SSH_ENV_SKIP=" JUPYTER_TOKEN JUPYTER_TOKEN_FILE JUPYTER_PASSWORD_HASH PUBLIC_KEY PUBLIC_KEY_FILE HOSTNAME PWD OLDPWD SHLVL TERM _ DISPLAY XAUTHORITY "
 
 log() { printf 'start.sh: %s\n' "$*" >&2; }
 
@@ -68,10 +69,17 @@ make_run_dir() {
     mkdir -p -m 700 "$RUN_DIR" 2>/dev/null && [[ -O "$RUN_DIR" ]] && chmod 700 "$RUN_DIR"
 }
 
+# XDG_RUNTIME_DIR (the image sets it under $RUN_DIR): the user's, 0700, as the XDG spec asks.
+setup_runtime_dir() {
+    [[ "${XDG_RUNTIME_DIR:-}" == "$RUN_DIR"/* ]] || return 0
+    mkdir -p -m 700 "$XDG_RUNTIME_DIR" 2>/dev/null || true
+}
+
 setup_identity() {
     make_run_dir || return 0
     setup_home
     setup_passwd_entry
+    setup_runtime_dir
 }
 
 # --- start-up report (informational, never fatal) ------------------------------
@@ -131,6 +139,15 @@ write_ssh_environment() {
     } >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"
 }
 
+# `ssh -X` is on (the policy file says X11Forwarding yes); SSH_X11_FORWARDING=no (or off, false, 0)
+# turns it off: the per-container line comes first, and sshd keeps the first value it reads.
+x11_forwarding_line() {
+    case "${SSH_X11_FORWARDING:-yes}" in
+        [Nn][Oo] | [Oo][Ff][Ff] | [Ff][Aa][Ll][Ss][Ee] | 0) printf 'X11Forwarding no\n' ;;
+        *) printf '# X11Forwarding: the policy'"'"'s (SSH_X11_FORWARDING=no turns it off)\n' ;;
+    esac
+}
+
 SSHD_PID=""
 start_sshd() {
     local port="${SSH_PORT:-2222}" config="$RUN_DIR/sshd_config" out fingerprints
@@ -140,6 +157,9 @@ start_sshd() {
     setup_authorized_keys || return 1
     setup_host_keys || return 1
     write_ssh_environment || { log "SSH: cannot write ~/.ssh/environment; SSH stays off."; return 1; }
+    # sshd's xauth adds the `ssh -X` session's cookie here; made empty first, so it does not greet
+    # the first session on its terminal with "file ~/.Xauthority does not exist".
+    [[ -e "$SSH_HOME/.Xauthority" ]] || (umask 077 && : >"$SSH_HOME/.Xauthority") 2>/dev/null || true
     # Per-container paths first (sshd keeps the first value it reads), then the policy.
     cat >"$config" <<EOF
 # Written by start.sh at container start. The policy is in $CONTAINER_DIR/sshd_config.
@@ -148,6 +168,7 @@ HostKey $HOST_KEY_DIR/ssh_host_ed25519_key
 HostKey $HOST_KEY_DIR/ssh_host_ecdsa_key
 PidFile $RUN_DIR/sshd.pid
 AllowUsers $(id -un)
+$(x11_forwarding_line)
 Include $CONTAINER_DIR/sshd_config
 EOF
     if ! out="$(/usr/sbin/sshd -t -f "$config" 2>&1)"; then
@@ -282,6 +303,7 @@ main() {
     make_run_dir || { log "cannot create $RUN_DIR as UID $(id -u) (does it belong to another UID?)"; exit 2; }
     setup_home
     setup_passwd_entry
+    setup_runtime_dir
     rm -f "$RUN_DIR/services" "$RUN_DIR/sshd.pid" "${JUPYTER_RUNTIME_DIR:-$RUN_DIR/jupyter}"/jpserver-*
     : >"$RUN_DIR/services"
     trap 'on_signal TERM' TERM

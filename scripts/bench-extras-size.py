@@ -45,9 +45,9 @@ for name, packages in groups.items():
             continue
         files += [str(dist.locate_file(f)) for f in dist.files or []]
     out[name] = files
-# The rendering layer: the packages of the last apt-get install in apt's history, their files.
+# The rendering layer: the packages of the apt-get install that brought libegl1, their files.
 history = open("/var/log/apt/history.log").read().split("\n\n")
-last = [h for h in history if "Install:" in h][-1]
+last = [h for h in history if "Install:" in h and "libegl1" in h][-1]
 installed = re.findall(r"(\S+?):\S+ \([^)]*\)", last.split("Install:", 1)[1].splitlines()[0])
 import subprocess
 paths = subprocess.run(["dpkg", "-L", *installed], capture_output=True, text=True).stdout.split()

@@ -43,6 +43,8 @@ if (( TEST_TOOLS )); then
     have ssh || need_apt+=(openssh-client)
     have ssh-keygen || need_apt+=(openssh-client)
     have chromium || need_apt+=(chromium)
+    have Xvfb || need_apt+=(xvfb)        # the client's display of the ssh -X test (tests/image/test_desktop.py)
+    have xwininfo || need_apt+=(x11-utils)   # and what it reads that display with
     have skopeo || need_apt+=(skopeo)  # zstd pushes (build.py --compression) and their tests
     have rsync || need_apt+=(rsync)    # the workstation tests copy with rsync over SSH
 fi

@@ -102,7 +102,9 @@ def sshd_settings(host):
     [
         ("allowtcpforwarding", "yes"),
         ("allowagentforwarding", "yes"),
-        ("x11forwarding", "no"),
+        ("x11forwarding", "yes"),  # ssh -X (docs/using-the-image.md, "Watch your agent")
+        ("x11uselocalhost", "yes"),
+        ("addressfamily", "inet"),
         ("permitrootlogin", "no"),
         ("passwordauthentication", "no"),
         ("subsystem", "sftp internal-sftp"),

@@ -73,11 +73,18 @@ class TrackedContainer:
         self.container.reload()
         return self.container
 
-    def exec(self, cmd: list[str], timeout: int = 60, user: str | None = None) -> tuple[int, str]:
-        """Run a command inside (bypasses the entrypoint); bounded by `timeout` seconds."""
+    def exec(
+        self, cmd: list[str], timeout: int = 60, user: str | None = None, environment: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """Run a command inside (bypasses the entrypoint); bounded by `timeout` seconds. `environment`
+        replaces the variables it names (the container's own are kept otherwise)."""
         full = ["timeout", str(timeout), *cmd]
-        result = self.container.exec_run(full, user=user or "", demux=False)
+        result = self.container.exec_run(full, user=user or "", demux=False, environment=environment)
         return result.exit_code, result.output.decode(errors="replace")
+
+    def exec_background(self, cmd: list[str], timeout: int, environment: dict[str, str] | None = None) -> None:
+        """Start a command inside without waiting for it; `timeout` still ends it."""
+        self.container.exec_run(["timeout", str(timeout), *cmd], detach=True, environment=environment)
 
     def wait_for_log(self, text: str, timeout: float = 90) -> str:
         return wait_until(lambda: text in self.logs() and self.logs(), timeout, f"{text!r} in the container's logs")

@@ -18,6 +18,7 @@ SHELL_FILES = [
     "container/start.sh",
     "container/profile.sh",
     "container/proof",
+    "container/desktop/start-desktop.sh",
     *sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "scripts").glob("*.sh")),
     ".ci/run",
 ]
