@@ -171,7 +171,7 @@ def build_image(
             if _show(line.rstrip(), verbose):
                 print(f"  [{time.monotonic() - start:6.1f}s] {line.rstrip()[:160]}", flush=True)
 
-        # Ctrl-C stops the CLI and BuildKit's build with it; pipeline.run says what the run had tagged
+        # Ctrl-C stops the CLI and BuildKit's build with it; pipeline.line says what the run had tagged
         ran = hostprocs.run_host(argv, "docker build", env=cli.environ(), on_line=show)
     if ran.timed_out:
         raise BuildFailed(

@@ -73,7 +73,7 @@ class RegistryUnreachable(PipelineError):
 
 class Interrupted(PipelineError):
     """Ctrl-C: the running step and its processes were stopped. The message names the step
-    (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.run,
+    (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.line,
     pipeline.all_lines: only they know)."""
 
     exit_code = 130

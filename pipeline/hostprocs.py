@@ -7,7 +7,7 @@ started (common.procs.run_bounded: SIGTERM, SIGKILL after a grace period). Steps
 talk to the daemon through the SDK (containers, pushes) wrap themselves in `step()`.
 
 A step names only itself ("interrupted during docker build"); what the run had
-already tagged or pushed is added by the run (pipeline.run.interrupted) or the
+already tagged or pushed is added by the run (pipeline.line.interrupted) or the
 matrix (pipeline.all_lines), the only places that know it.
 """
 

@@ -44,7 +44,7 @@ def _status(status: str) -> str:
 
 
 def _signed(push: dict) -> str:
-    """Which key signed the pushed digests, or why they are unsigned (pipeline.run.Pushed)."""
+    """Which key signed the pushed digests, or why they are unsigned (pipeline.publish.Pushed)."""
     signatures = push.get("signatures")
     if not isinstance(signatures, list) or not signatures:
         return f"<span class='skip'>{_e((signatures or {}).get('reason', 'unsigned'))}</span>"

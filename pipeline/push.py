@@ -54,7 +54,7 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
     layers: dict[str, str] = {}
     limit = hostprocs.DEADLINES["docker push"]
     try:
-        with hostprocs.step(f"the push of {ref}:{tag}"):  # Ctrl-C: pipeline.run says what stays tagged and pushed
+        with hostprocs.step(f"the push of {ref}:{tag}"):  # Ctrl-C: pipeline.line says what stays tagged and pushed
             for event in client.images.push(ref, tag=tag, stream=True, decode=True):
                 if "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event["error"]

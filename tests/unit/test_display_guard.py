@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from smoke.procs import free_port
+from common.procs import free_port
 
 pytestmark = pytest.mark.unit
 
