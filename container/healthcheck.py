@@ -14,6 +14,11 @@ No services file means the container runs a user command (python x.py): there
 is nothing to serve, so it is healthy. Exit 0 healthy, 1 unhealthy (Docker's
 convention); one line on stdout says why (`docker inspect` shows it).
 
+`lab-url` (`healthcheck --lab-url`) prints the Lab's address as the Docker host opens it: 127.0.0.1,
+the port the host published (JUPYTER_HOST_PORT when the container was told, else the same number as
+inside, said so), the base URL and the token. `jupyter server list` names the container's hostname
+instead, which only the container itself and its network neighbours can reach.
+
 start.sh also runs `healthcheck --wait-ready SECONDS --pid PID` to wait for
 JupyterLab: it prints the server's URL (http://127.0.0.1:PORT/BASE/) and exits
 0 when the server answers, 1 when it died or did not answer in time (an empty
@@ -145,6 +150,35 @@ def check(run_dir: Path = RUN_DIR) -> tuple[bool, str]:
     return True, "healthy: " + ", ".join(fine)
 
 
+HOST_PORT_ENV = "JUPYTER_HOST_PORT"
+
+
+def host_url(info: dict, host_port: str | None) -> str:
+    """The Lab's URL from the Docker host: 127.0.0.1, the published port (else the one inside), the token."""
+    scheme = "https" if info.get("secure") else "http"
+    base = "/" + str(info.get("base_url", "/")).strip("/")
+    return f"{scheme}://127.0.0.1:{host_port or info['port']}{base.rstrip('/')}/lab?token={info.get('token', '')}"
+
+
+def lab_url(run_dir: Path) -> int:
+    """`lab-url`: the URL on stdout, what to map on stderr when the published port is not known; 1 when no Lab runs."""
+    pid = (read_services(run_dir) or {}).get("jupyter", "")
+    info = server_info(runtime_dir(run_dir), int(pid)) if pid.isdigit() and pid_alive(int(pid)) else None
+    if info is None:
+        print("lab-url: no JupyterLab runs in this container (it was started with a command of its own?)", file=sys.stderr)
+        return 1
+    published = os.environ.get(HOST_PORT_ENV, "").strip()
+    print(host_url(info, published or None))
+    if not published:
+        print(
+            f"lab-url: that is port {info['port']} inside the container; the URL works as it is when the host published it as "
+            f"-p 127.0.0.1:{info['port']}:{info['port']}, else use the host port `docker port CONTAINER {info['port']}` names "
+            f"(or start the container with -e {HOST_PORT_ENV}=PORT)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def wait_ready(run_dir: Path, pid: int, seconds: float) -> int:
     """Wait until JupyterLab `pid` answers; print its URL. 0 ready, 1 otherwise."""
     deadline = time.monotonic() + seconds
@@ -165,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--wait-ready", type=float, metavar="SECONDS", help="wait for JupyterLab and print its URL")
     parser.add_argument("--pid", type=int, help="JupyterLab's pid (with --wait-ready)")
+    parser.add_argument("--lab-url", action="store_true", help="print the Lab's URL as the Docker host opens it (lab-url)")
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.lab_url:
+        return lab_url(args.run_dir)
     if args.wait_ready is not None:
         if args.pid is None:
             parser.error("--wait-ready needs --pid")

@@ -11,11 +11,15 @@ if [ -r "$HOME/.ssh/environment" ]; then
     while IFS= read -r proven_torch_line; do
         # shellcheck disable=SC2163 # the line is NAME=VALUE: export that variable
         case "$proven_torch_line" in
-            '' | \#*) ;;
+            '' | \#* | BASH_ENV=*) ;; # BASH_ENV is for `ssh HOST CMD` only (container/ssh-workdir.sh)
             *=*) export "$proven_torch_line" ;;
         esac
     done <"$HOME/.ssh/environment"
-    unset proven_torch_line
+    unset proven_torch_line BASH_ENV
+    # An SSH login starts in /workspace, where JupyterLab works and `ssh HOST CMD` runs too.
+    if [ -n "${SSH_CONNECTION:-}" ] && [ "$PWD" = "$HOME" ] && [ -d /workspace ] && [ -x /workspace ]; then
+        cd /workspace || true
+    fi
 fi
 
 # 2. Every login shell: the PATH the container started with (PID 1's, which

@@ -136,6 +136,8 @@ write_ssh_environment() {
             [[ "$SSH_ENV_SKIP" == *" $name "* || "$kv" == *$'\n'* ]] && continue
             printf '%s\n' "$kv"
         done < <(env -0)
+        # `ssh HOST CMD` starts CMD in /workspace (container/ssh-workdir.sh), as a login does (profile.sh)
+        printf 'BASH_ENV=/opt/proven-torch/container/ssh-workdir.sh\n'
     } >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"
 }
 
@@ -247,8 +249,12 @@ start_jupyter() {
     [[ "$TOKEN_GENERATED" == true ]] || shown="<your JUPYTER_TOKEN>"
     # Not ready: it died (the supervisor reports it) or is slow (the healthcheck says so).
     if url="$(healthcheck --wait-ready 120 --pid "$JUPYTER_PID")"; then
+        if [[ -n "${JUPYTER_HOST_PORT:-}" && "$url" =~ ^(https?://127\.0\.0\.1:)[0-9]+(/.*)$ ]]; then
+            url="${BASH_REMATCH[1]}${JUPYTER_HOST_PORT}${BASH_REMATCH[2]}" # the port the host published, when told
+        fi
         log "JupyterLab is ready: ${url}lab?token=$shown"
-        log "(that is the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888)"
+        [[ -n "${JUPYTER_HOST_PORT:-}" ]] ||
+            log "(the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888; \`docker exec CONTAINER lab-url\` prints the URL again)"
     fi
 }
 

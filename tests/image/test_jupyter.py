@@ -32,6 +32,22 @@ def test_logs_print_the_url_with_a_generated_token(lab):
     assert f"http://127.0.0.1:8888/lab?token={jupyter.token}" in container.logs()
 
 
+def test_lab_url_is_the_address_the_host_opens(lab):
+    """`jupyter server list` names the container's hostname, which the host cannot open; `lab-url` gives
+    127.0.0.1, the published port when the container knows it, and the token, and says what to map when not."""
+    container, jupyter = lab
+    published = container.ports[8888]
+    code, out = container.exec(["lab-url"], environment={"JUPYTER_HOST_PORT": str(published)})
+    url = out.strip()
+    assert code == 0 and url == f"http://127.0.0.1:{published}/lab?token={jupyter.token}", out
+    assert requests.get(url, timeout=30).status_code == 200  # the host opens it as it is
+    code, out = container.exec(["lab-url"])
+    first, note = out.strip().splitlines()
+    assert first == f"http://127.0.0.1:8888/lab?token={jupyter.token}" and "port 8888 inside the container" in note
+    _, listed = container.exec(["jupyter", "server", "list"])
+    assert "127.0.0.1" not in listed  # what the docs explain: the container's own name, not the host's address
+
+
 def test_api_refuses_requests_without_the_token(lab):
     _, jupyter = lab
     assert jupyter.get("/api/kernels", token=None).status_code in (401, 403)

@@ -22,6 +22,7 @@ from tests.image.service_helpers import (
     lab_and_sshd,
     run_command,
     ssh,
+    ssh_argv,
     wait_for_sshd,
 )
 from tests.image.tracked_container import TrackedContainer, wait_until
@@ -79,10 +80,21 @@ def test_a_login_shell_has_the_container_environment(box, keys):
     assert result.stdout.split() == ["/opt/venv/bin/python", "compute,utility,graphics"]
 
 
-def test_the_login_is_the_unprivileged_user(box, keys, matrix):
+def test_the_login_is_the_unprivileged_user_in_the_workspace(box, keys, matrix):
     _, port, _ = box
-    result = ssh(port, keys["key"], keys["known_hosts"], "id -u; id -un; pwd")
-    assert result.stdout.split() == [str(matrix.uid), matrix.user, f"/home/{matrix.user}"], result.stderr
+    result = ssh(port, keys["key"], keys["known_hosts"], "id -u; id -un; pwd; echo $HOME")
+    assert result.stdout.split() == [str(matrix.uid), matrix.user, "/workspace", f"/home/{matrix.user}"], result.stderr
+
+
+def test_an_interactive_login_starts_in_the_workspace_and_scripts_stay_where_they_run(box, keys):
+    """A login shell (`ssh HOST` then typing) starts in /workspace too; a script the session runs later keeps its own
+    working directory (the move happens once per session)."""
+    _, port, _ = box
+    argv = ssh_argv(port, keys["key"], keys["known_hosts"], [])
+    login = subprocess.run([argv[0], "-tt", *argv[1:]], input="echo at:$PWD\nexit\n", capture_output=True, text=True, timeout=60)
+    assert "at:/workspace" in login.stdout.replace("\r", ""), (login.stdout, login.stderr)
+    nested = ssh(port, keys["key"], keys["known_hosts"], "cd /tmp && bash -c pwd && echo ${BASH_ENV:-unset}")
+    assert nested.stdout.split() == ["/tmp", "unset"], nested.stderr
 
 
 def test_scp_copies_into_workspace(box, keys, tmp_path):

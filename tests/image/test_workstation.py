@@ -107,7 +107,7 @@ def sshd_settings(host):
         ("addressfamily", "inet"),
         ("permitrootlogin", "no"),
         ("passwordauthentication", "no"),
-        ("subsystem", "sftp internal-sftp"),
+        ("subsystem", "sftp internal-sftp -d /workspace"),  # sftp starts where ssh and the Lab do
     ],
 )
 def test_sshd_setting(sshd_settings, setting, value):

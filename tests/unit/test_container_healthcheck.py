@@ -186,3 +186,9 @@ def test_main_exit_status(run_dir, capsys):
     write_services(run_dir, f"ssh {free_port()}")
     assert healthcheck.main(["--run-dir", str(run_dir)]) == 1
     assert capsys.readouterr().out.startswith("unhealthy:")
+
+
+def test_the_lab_url_is_the_hosts_address_with_the_published_port_and_the_token():
+    info = {"port": 8888, "base_url": "/", "token": "t0k", "secure": False}
+    assert healthcheck.host_url(info, None) == "http://127.0.0.1:8888/lab?token=t0k"
+    assert healthcheck.host_url({**info, "base_url": "/lab-base/"}, "49152") == "http://127.0.0.1:49152/lab-base/lab?token=t0k"
