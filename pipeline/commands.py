@@ -1,28 +1,34 @@
 """The commands whose work spans stages, so no stage module owns them: `render` (the Dockerfiles and
-specs, with each line's advisories from the audit) and `lock` (resolve, then render again).
+specs, with each line's advisories from the audit, and the docs' example output from real logs) and
+`lock` (resolve, then render again).
 build.py dispatches here; the other commands go straight to their module (line, all_lines,
 listing, verify, publish, attest)."""
 
 from __future__ import annotations
 
+from pipeline import examples
 from pipeline.errors import UsageError
 from pipeline.lock import compile_lock, override_news, pypi_requires, write_lock
 from pipeline.render import every_variant, render_all, stale_files, wrote
 from pipeline.validation import audit
-from pipeline.variants import BASE, Matrix, resolve
+from pipeline.variants import BASE, REPO_ROOT, Matrix, resolve
 
 
 def render_or_check(matrix: Matrix, check: bool) -> list[str]:
-    """`build.py render`: write every Dockerfile and spec, or with `check` write nothing and raise
-    UsageError naming the committed files that are stale; the lines to print."""
+    """`build.py render`: write every Dockerfile and spec and the docs' example blocks, or with `check`
+    write nothing and raise UsageError naming the committed files that are stale; the lines to print."""
     disclosures = audit.disclosures(every_variant(matrix))
+    docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
     if not check:
-        return wrote(render_all(matrix, disclosures))
-    stale = stale_files(matrix, disclosures)
+        for path, text in docs.items():
+            if path.read_text() != text:
+                path.write_text(text)
+        return wrote([*render_all(matrix, disclosures), *docs])
+    stale = stale_files(matrix, disclosures) + [path for path, text in docs.items() if path.read_text() != text]
     if stale:
         names = ", ".join(p.name for p in stale)
-        raise UsageError(f"{names} out of date with images/; run `python build.py render` and commit the result")
-    return [f"Dockerfiles and specs up to date ({len(matrix.variants)} variants)"]
+        raise UsageError(f"{names} out of date with images/ and docs/examples/; run `python build.py render` and commit the result")
+    return [f"Dockerfiles, specs and the docs' examples up to date ({len(matrix.variants)} variants)"]
 
 
 def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | None) -> int:

@@ -269,7 +269,7 @@ def proof(req: Request, found: Findings) -> list[str]:
         f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),
         flush=True,
     )
-    write_files(done.files, req.out_dir)
+    write_files({**done.files, "proof.log": done.stdout.encode()}, req.out_dir)  # what `proof` printed, kept beside its record
     try:
         found.proof = json.loads(done.files["proof.json"])
     except (KeyError, ValueError):

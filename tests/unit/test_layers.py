@@ -26,7 +26,7 @@ PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
     }),
     ("files, keys and the one registry client", {
         "pipeline.lock", "pipeline.render", "pipeline.containers", "pipeline.labels", "pipeline.tags",
-        "pipeline.attest", "pipeline.registry", "pipeline.html_report", "pipeline.validation",
+        "pipeline.attest", "pipeline.registry", "pipeline.html_report", "pipeline.validation", "pipeline.examples",
         "pipeline.validation.advisories", "pipeline.validation.size",
     }),
     ("checks and transports", {
