@@ -27,7 +27,9 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     stale = stale_files(matrix, disclosures) + [path for path, text in docs.items() if path.read_text() != text]
     if stale:
         names = ", ".join(p.name for p in stale)
-        raise UsageError(f"{names} out of date with images/ and docs/examples/; run `python build.py render` and commit the result")
+        raise UsageError(
+            f"{names} out of date with images/ and docs/examples/; run `python build.py render` and commit the result"
+        )
     return [f"Dockerfiles, specs and the docs' examples up to date ({len(matrix.variants)} variants)"]
 
 

@@ -11,14 +11,21 @@ rollout can be captured in one CUDA graph.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-if TYPE_CHECKING:
-    from ppo_bench.config import Args
+
+class Args(Protocol):
+    """What the agents read of the run's settings (ppo_bench.config.Args has them; this module does not
+    import config, which imports it)."""
+
+    hidden_size: int
+    activation: str
+    channels_last: bool
+
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # --activation: the MLPs' hidden nonlinearity
 

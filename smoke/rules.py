@@ -75,14 +75,14 @@ class Comparison:
         return "absent" if value is None else self.show(value)
 
     def describe(self) -> str:
-        """'cudnn 9.10.2 (91002)': the label, then its own value, nothing else's."""
+        """'cudnn 9.31.5 (93105)': the label, then its own value, nothing else's."""
         if self.ok:
             return f"{self.what} {self._shown(self.actual)}"
         return f"{self.what}: expected {self._shown(self.expected)}, found {self._shown(self.actual)}"
 
 
 def cudnn_shown(value: object) -> str:
-    """91002 -> '9.10.2 (91002)': the release, and the integer torch reports (what the pin holds)."""
+    """93105 -> '9.31.5 (93105)': the release, and the integer torch reports (what the pin holds)."""
     return f"{cudnn_str(value)} ({value})"
 
 

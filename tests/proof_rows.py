@@ -34,7 +34,7 @@ def header_source(facts: dict) -> dict[str, str]:
 
 
 def versions_row_pairs(detail: str) -> dict[str, str]:
-    """'torch 2.9.1, ..., python 3.11; no CUDA wheels required' -> {'torch': '2.9.1', ...}"""
+    """'torch 3.7.2, ..., python 3.11; no CUDA wheels required' -> {'torch': '3.7.2', ...}"""
     versions = detail.split("; ")[0]
     return dict(item.split(" ", 1) for item in versions.split(", "))
 

@@ -101,7 +101,19 @@ def test_unknown_placeholder_fails(matrix, cu128):
 # (gymnasium) takes its version from the matrix. The one exception is
 # smoke/rules.py's table of NVIDIA's driver floors, an upstream fact the matrix
 # is checked against (test_pipeline_variants.test_driver_floors_are_nvidias).
-_CODE_DIRS = ("pipeline", "smoke", "ppo_bench", "rlhf_bench", "notebooks", "container", "scripts", "tests", ".ci", ".github")
+_CODE_DIRS = (
+    "pipeline",
+    "common",
+    "smoke",
+    "ppo_bench",
+    "rlhf_bench",
+    "notebooks",
+    "container",
+    "scripts",
+    "tests",
+    ".ci",
+    ".github",
+)
 _CODE_FILES = ("Makefile", "build.py", ".dockerignore", ".hadolint.yaml", "pytest.ini", "requirements-dev.txt")
 _UPSTREAM_TABLES = {"smoke/rules.py": "CUDA_MAJOR_MIN_DRIVER"}
 

@@ -13,14 +13,14 @@ from tests.proof_rows import header_pairs, header_source, version_row_source, ve
 
 pytestmark = pytest.mark.unit
 
-# A CUDA image's facts, each item distinct from every other.
+# A CUDA image's facts, each item distinct from every other (and from the matrix's pins: none is written outside it).
 GIVEN = {
-    "torch": "2.9.1+cu128",
-    "torch_release": "2.9.1",
-    "torchvision": "0.24.1+cu128",
-    "torchaudio": "2.9.1+cu128",
+    "torch": "3.7.2+cu128",
+    "torch_release": "3.7.2",
+    "torchvision": "0.41.3+cu128",
+    "torchaudio": "3.6.4+cu128",
     "cuda": "12.8",
-    "cudnn": 91002,
+    "cudnn": 93105,
     "nccl": "2.27.3",
     "python": "3.11.7",
     "gpus": [],
@@ -33,7 +33,7 @@ def test_the_versions_row_puts_each_value_beside_its_own_label():
     comparisons = rules.compare_versions(expect_from_facts(GIVEN), GIVEN)
     row = ", ".join(c.describe() for c in comparisons)
     assert versions_row_pairs(row) == version_row_source(GIVEN)
-    assert "python 3.11 (" not in row  # the row that read "python 3.11 (9.10.2)"
+    assert "python 3.11 (" not in row  # the row that once read "python 3.11 (<cuDNN's version>)"
 
 
 def test_the_versions_check_row_through_the_check_itself():
@@ -47,20 +47,20 @@ def test_the_versions_check_row_through_the_check_itself():
 
 
 def test_a_failed_pin_names_the_expected_and_found_value_of_that_item():
-    found = {**GIVEN, "cudnn": 90100}
+    found = {**GIVEN, "cudnn": 90700}
     [bad] = [c for c in rules.compare_versions(expect_from_facts(GIVEN), found) if not c.ok]
-    assert bad.describe() == "cudnn: expected 9.10.2 (91002), found 9.1.0 (90100)"
+    assert bad.describe() == "cudnn: expected 9.31.5 (93105), found 9.7.0 (90700)"
 
 
 def test_the_facts_header_puts_each_value_beside_its_own_label():
-    line = cli.facts_lines({**GIVEN, "torchvision": "0.24.1", "torchaudio": "2.9.1"}, {"variant": "x"}, False)[1]
+    line = cli.facts_lines({**GIVEN, "torchvision": "0.41.3", "torchaudio": "3.6.4"}, {"variant": "x"}, False)[1]
     assert (
         header_pairs(line)
         == header_source(GIVEN)
         == {
-            "torch": "2.9.1+cu128",
+            "torch": "3.7.2+cu128",
             "CUDA": "12.8",
-            "cuDNN": "9.10.2",
+            "cuDNN": "9.31.5",
             "NCCL": "2.27.3",
             "Python": "3.11.7",
         }
