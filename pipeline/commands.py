@@ -20,10 +20,10 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     disclosures = audit.disclosures(every_variant(matrix))
     docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
     if not check:
-        for path, text in docs.items():
-            if path.read_text() != text:
-                path.write_text(text)
-        return wrote([*render_all(matrix, disclosures), *docs])
+        changed = [path for path, text in docs.items() if path.read_text() != text]
+        for path in changed:
+            path.write_text(docs[path])
+        return wrote([*render_all(matrix, disclosures), *changed])
     stale = stale_files(matrix, disclosures) + [path for path, text in docs.items() if path.read_text() != text]
     if stale:
         names = ", ".join(p.name for p in stale)
