@@ -11,15 +11,14 @@ if [ -r "$HOME/.ssh/environment" ]; then
     while IFS= read -r proven_torch_line; do
         # shellcheck disable=SC2163 # the line is NAME=VALUE: export that variable
         case "$proven_torch_line" in
-            '' | \#* | BASH_ENV=*) ;; # BASH_ENV is for `ssh HOST CMD` only (container/ssh-workdir.sh)
+            '' | \#* | PROVEN_TORCH_SSH_WORKDIR=*) ;; # for `ssh HOST CMD` only (container/ssh-workdir.sh)
             *=*) export "$proven_torch_line" ;;
         esac
     done <"$HOME/.ssh/environment"
-    unset proven_torch_line BASH_ENV
-    # An SSH login starts in /workspace, where JupyterLab works and `ssh HOST CMD` runs too.
-    if [ -n "${SSH_CONNECTION:-}" ] && [ "$PWD" = "$HOME" ] && [ -d /workspace ] && [ -x /workspace ]; then
-        cd /workspace || true
-    fi
+    unset proven_torch_line
+    # An SSH login starts in /workspace, where JupyterLab works and `ssh HOST CMD` runs too; once.
+    # shellcheck source=/dev/null # the image's own file, beside this one
+    . /opt/proven-torch/container/ssh-workdir.sh
 fi
 
 # 2. Every login shell: the PATH the container started with (PID 1's, which

@@ -137,7 +137,7 @@ write_ssh_environment() {
             printf '%s\n' "$kv"
         done < <(env -0)
         # `ssh HOST CMD` starts CMD in /workspace (container/ssh-workdir.sh), as a login does (profile.sh)
-        printf 'BASH_ENV=/opt/proven-torch/container/ssh-workdir.sh\n'
+        printf 'PROVEN_TORCH_SSH_WORKDIR=/workspace\n'
     } >"$file.tmp" && chmod 600 "$file.tmp" && mv -f "$file.tmp" "$file"
 }
 

@@ -93,7 +93,7 @@ def test_an_interactive_login_starts_in_the_workspace_and_scripts_stay_where_the
     argv = ssh_argv(port, keys["key"], keys["known_hosts"], [])
     login = subprocess.run([argv[0], "-tt", *argv[1:]], input="echo at:$PWD\nexit\n", capture_output=True, text=True, timeout=60)
     assert "at:/workspace" in login.stdout.replace("\r", ""), (login.stdout, login.stderr)
-    nested = ssh(port, keys["key"], keys["known_hosts"], "cd /tmp && bash -c pwd && echo ${BASH_ENV:-unset}")
+    nested = ssh(port, keys["key"], keys["known_hosts"], "cd /tmp && bash -c pwd && echo ${PROVEN_TORCH_SSH_WORKDIR:-unset}")
     assert nested.stdout.split() == ["/tmp", "unset"], nested.stderr
 
 
