@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from common.cli import write_json
 from common.host import speed_words
 from common.procs import run_streamed
 
@@ -86,6 +87,8 @@ def run_bench(name: str, seconds: float, require_gpu: bool, out_dir: Path, host_
     if code != 0 or not result.get("sps_end_to_end"):
         why = "did not finish in time" if code is None else f"exit {code}"
         return 1, f"proof --bench {name}: FAILED: ppo_bench {why}; its output is above"
-    result.setdefault("cpu", host_cpu)
+    if "cpu" not in result:  # the record says where it ran, as the line does
+        result["cpu"] = host_cpu
+        write_json(out_dir / "result.json", result)
     kind = str(result.get("device", "cpu")).split(":")[0]
     return 0, bench_line(name, result, release_figure(env_id, kind))
