@@ -9,6 +9,7 @@ the image's back. One container (JupyterLab + sshd) serves the module.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 
@@ -92,9 +93,8 @@ def test_jupyter_terminal(box, expected):
     ws = websocket.create_connection(url, header=[f"Authorization: token {token}"], timeout=5)
     output, sent, deadline = "", False, time.monotonic() + 120
     try:
-        while time.monotonic() < deadline and not any(
-            line.startswith("PROBE ") and line.count(" ") == 2 for line in output.replace("\r", "").splitlines()
-        ):
+        # the probe's whole line, newline included: a websocket message can end inside it ("PROBE /opt/venv/bin/python ")
+        while time.monotonic() < deadline and not re.search(r"^PROBE \S+ \S+\n", output.replace("\r", ""), re.M):
             try:
                 message = json.loads(ws.recv())
             except websocket.WebSocketTimeoutException:
