@@ -103,8 +103,11 @@ def test_importing_torch_after_the_rlhf_stack_gives_the_pinned_build(docker, rlh
         assert container.logs().strip().splitlines()[-1].startswith(rlhf.torch)
 
 
+@pytest.mark.lines  # `make lines` (weekly): a minute of CI for a stop every failing check proves there
 def test_a_gate_that_cannot_pass_tags_nothing(docker, rlhf_run, rlhf, tmp_path):
-    """Learning rate 0: the reward cannot rise; validation fails at the RLHF gate and tags nothing."""
+    """Learning rate 0: the reward cannot rise; validation fails at the RLHF gate and tags nothing. CI proves the
+    same stop with the default image's failing checks (no torch, pins that disagree, a planted secret, a high
+    advisory) and the gate's own failure with rlhf_bench's unit test (learning rate 0, exit 3)."""
     gate = dict(rlhf.flavor_gate) | {"learning_rate": 0.0}
     frozen = dataclasses.replace(rlhf, flavor_gate=tuple(gate.items()))
     spec = render_spec(frozen, audit.disclosures([frozen])[frozen.name]).encode()
