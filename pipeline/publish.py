@@ -133,6 +133,7 @@ def write_facts(client, target: Target, tagged: Tagged, options: PublishOptions,
         "command": facts.command,
         "commit": facts.commit,
         "started": facts.started,
+        "finished": statements.now(),  # built, validated and stamped: what a later signing says too
         "invocation": facts.invocation,
         "tools": facts.tools,
         "dependencies": deps,
@@ -171,7 +172,7 @@ def _provenance(facts: dict, platform: str, tags: list[str], deps: list[dict]) -
         tools=facts["tools"],
         invocation=str(facts["invocation"]),
         started=str(facts["started"]),
-        finished=statements.now(),
+        finished=str(facts["finished"]),
     )
 
 
@@ -396,17 +397,17 @@ def withdraw(image_ref: str) -> list[str]:
     if not ref.is_digest:
         raise UsageError(f"{image_ref}: withdraw a digest (HOST/REPO@sha256:...); a tag may already name another image")
     client = registry.Registry(ref)
-    listed = [d["digest"] for d in client.referrers(ref.reference)]
-    gone = client.delete_manifest(ref.reference)
-    if gone.status_code not in (200, 202, 404):
+    listed = client.referrers(ref.reference)
+    with client.delete_manifest(ref.reference) as gone:
+        status = gone.status_code
+    if status not in (200, 202, 404):
         raise PushFailed(
-            f"the registry {ref.host} answered {gone.status_code} to deleting {ref.reference}: it does not let clients delete "
+            f"the registry {ref.host} answered {status} to deleting {ref.reference}: it does not let clients delete "
             "manifests (GHCR: delete the package version with the GitHub API, as .github/workflows/release.yml does)"
         )
-    for digest in listed:  # the statement artifacts; best effort, the image itself is what mattered
-        client.delete_manifest(digest)
+    removed = referrers.delete_about(client, ref.reference, listed)  # best effort: the image itself is what mattered
     tagged = client.manifest(registry.fallback_tag(ref.reference))
     if tagged is not None:
-        client.delete_manifest(tagged[2])
-    said = "was already gone" if gone.status_code == 404 else "is deleted, with every tag that named it"
-    return [f"==> {ref}: {said}; {len(listed)} statement artifact(s) about it removed"]
+        client.delete_manifest(tagged[2]).close()
+    said = "was already gone" if status == 404 else "is deleted, with every tag that named it"
+    return [f"==> {ref}: {said}; {removed} of the {len(listed)} artifact(s) listed for it deleted"]

@@ -89,15 +89,46 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
         return _annotations(descriptor).get(PREDICATE_ANNOTATION) in kinds and descriptor["digest"] not in new
 
     if native:  # the registry lists referrers itself: remove what these replace, where it allows deletes
-        for old in registry.referrers(subject["digest"]):
-            if superseded(old):
-                registry.delete_manifest(old["digest"])
+        delete_about(registry, subject["digest"], [old for old in registry.referrers(subject["digest"]) if superseded(old)])
         return added
     tag = fallback_tag(subject["digest"])
-    listed = registry.referrers(subject["digest"]) if registry.manifest(tag) else []
+    listed = registry.tagged_referrers(subject["digest"])
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
     registry.put_manifest(tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX)
     return added
+
+
+def artifact_about(registry: Registry, descriptor: dict, digest: str) -> dict:
+    """The manifest of an artifact a listing names for `digest`, read back: its own subject must be `digest`
+    (a listing is the registry's word; the manifest's subject is what its digest pins). RegistryDataRefused
+    otherwise."""
+    found = registry.manifest(descriptor["digest"])
+    if found is None:
+        raise RegistryDataRefused(
+            f"the registry lists the artifact {descriptor['digest'][:19]}… for {digest[:19]}… but does not have it"
+        )
+    manifest = as_dict(found[0], f"the artifact {descriptor['digest'][:19]}…")
+    subject = manifest.get("subject")
+    about = subject.get("digest") if isinstance(subject, dict) else None
+    if about != digest:
+        raise RegistryDataRefused(
+            f"the artifact {descriptor['digest'][:19]}… listed for {digest[:19]}… is about {str(about or 'nothing')[:19]}…"
+        )
+    return manifest
+
+
+def delete_about(registry: Registry, digest: str, listed: list[dict]) -> int:
+    """Delete the listed artifacts whose own subject is `digest` (never one a listing only claims is about it);
+    how many the registry deleted."""
+    deleted = 0
+    for descriptor in listed:
+        try:
+            artifact_about(registry, descriptor, digest)
+        except RegistryDataRefused:
+            continue
+        with registry.delete_manifest(descriptor["digest"]) as gone:
+            deleted += gone.status_code in (200, 202)
+    return deleted
 
 
 def envelopes_about(registry: Registry, digest: str) -> list[bytes]:
@@ -107,18 +138,7 @@ def envelopes_about(registry: Registry, digest: str) -> list[bytes]:
     for descriptor in registry.referrers(digest):
         if descriptor.get("artifactType") != ENVELOPE_MEDIA_TYPE:
             continue
-        found = registry.manifest(descriptor["digest"])
-        if found is None:
-            raise RegistryDataRefused(
-                f"the registry lists the statement {descriptor['digest'][:19]}… for {digest[:19]}… but does not have it"
-            )
-        manifest = as_dict(found[0], f"the statement artifact {descriptor['digest'][:19]}…")
-        subject = manifest.get("subject")
-        about = subject.get("digest") if isinstance(subject, dict) else None
-        if about != digest:
-            raise RegistryDataRefused(
-                f"the statement artifact {descriptor['digest'][:19]}… listed for {digest[:19]}… is about {str(about or 'nothing')[:19]}…"
-            )
+        manifest = artifact_about(registry, descriptor, digest)
         layers = manifest.get("layers")
         candidates = [x for x in layers if isinstance(x, dict)] if isinstance(layers, list) else []
         layer = next(

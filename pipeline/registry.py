@@ -249,6 +249,7 @@ class Registry:
         if self.authorization and _netloc(url) == self.own:
             headers["Authorization"] = self.authorization
         kwargs.setdefault("timeout", self._timeout(what))
+        kwargs.setdefault("stream", True)  # no body read unless asked for, and then bounded (_bounded)
         # requests drops Authorization when a redirect leaves the host (Session.rebuild_auth)
         return self.session.request(method, url, headers=headers, allow_redirects=method in ("GET", "HEAD"), **kwargs)
 
@@ -379,7 +380,7 @@ class Registry:
                 if not api and (resp.status_code in (400, 404, 405) or resp.ok):
                     if found:
                         break
-                    return self._tagged_referrers(digest)
+                    return self.tagged_referrers(digest)
                 if not resp.ok:
                     raise self.refused(resp, what)
                 page = _bounded(resp, MAX_MANIFEST, what, self.deadline)
@@ -391,7 +392,8 @@ class Registry:
             url = urljoin(here, following) if following else ""
         return found
 
-    def _tagged_referrers(self, digest: str) -> list[dict]:
+    def tagged_referrers(self, digest: str) -> list[dict]:
+        """The referrers tag schema's index for `digest` (sha256-<hex>), [] where there is none."""
         tagged = self.manifest(fallback_tag(digest))
         if tagged is None:
             return []
@@ -404,29 +406,31 @@ class Registry:
 
     def upload(self, data: bytes) -> dict:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        if self.request("HEAD", f"blobs/{digest}").ok:
-            return {"digest": digest, "size": len(data)}
-        start = self.request("POST", "blobs/uploads/")
-        start.raise_for_status()
-        location = start.headers["Location"]
+        with self.request("HEAD", f"blobs/{digest}") as there:
+            if there.ok:
+                return {"digest": digest, "size": len(data)}
+        with self.request("POST", "blobs/uploads/") as start:
+            start.raise_for_status()
+            location = start.headers["Location"]
         if location.startswith("/"):
             location = self.ref.base.rsplit("/v2", 1)[0] + location
         if _netloc(location) != self.own:
             raise RegistryDataRefused(f"the registry sent the upload to {_netloc(location)}, another host")
         sep = "&" if "?" in location else "?"
-        put = self.request(
-            "PUT", f"{location}{sep}digest={digest}", data=data, headers={"Content-Type": "application/octet-stream"}, timeout=300
-        )
-        put.raise_for_status()
+        headers = {"Content-Type": "application/octet-stream"}
+        with self.request("PUT", f"{location}{sep}digest={digest}", data=data, headers=headers, timeout=300) as put:
+            put.raise_for_status()
         return {"digest": digest, "size": len(data)}
 
     def put_manifest(self, reference: str, body: bytes, media_type: str) -> requests.Response:
-        put = self.request("PUT", f"manifests/{reference}", data=body, headers={"Content-Type": media_type})
-        put.raise_for_status()
+        """PUT a manifest; the answer (closed: its headers are what callers read)."""
+        with self.request("PUT", f"manifests/{reference}", data=body, headers={"Content-Type": media_type}) as put:
+            put.raise_for_status()
         return put
 
     def delete_manifest(self, digest: str) -> requests.Response:
-        """DELETE a manifest by digest (registries delete by digest: every tag naming it goes with it)."""
+        """DELETE a manifest by digest (registries delete by digest: every tag naming it goes with it); the
+        answer, unread (`with` it)."""
         return self.request("DELETE", f"manifests/{digest}")
 
 

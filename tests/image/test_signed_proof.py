@@ -333,9 +333,14 @@ def test_a_failed_gpu_proof_leaves_no_signed_result_and_no_tag(sign_keys, tiny, 
         "nothing signed",
     )
     assert listed(digest) == []  # no project-key statement of any kind
+    # someone lists another image in this digest's referrers index: withdraw must not delete it
+    _, bystander, bystander_ref = tiny("bystander")
+    rewrite_index(digest, [{"mediaType": registry.OCI_MANIFEST, "digest": bystander, "size": 1}])
     done = cli("withdraw", f"{REF}@{digest}")
     assert done.returncode == 0, done.stderr
+    assert "0 of the 1 artifact(s) listed for it deleted" in done.stdout
     assert client().manifest(ref.rsplit(":", 1)[1]) is None and client().manifest(digest) is None
+    assert client().manifest(bystander) is not None and client().manifest(bystander_ref.rsplit(":", 1)[1]) is not None
     refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "the registry has no such image")
 
 
@@ -365,6 +370,7 @@ def test_a_passed_gpu_proof_is_signed_and_verifies_with_require_gpu(sign_keys, t
     verified = verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu")
     assert verified.returncode == 0, verified.stderr
     assert "PASSED on the GPU" in verified.stdout and f"run release-{RUN}" in verified.stdout
+    assert "built       2026-12-06T00:00:00Z to 2026-12-06T00:05:00Z;" in verified.stdout  # the build's times, not the signing's
 
 
 # --------------------------------------------------------------------------- TLS for every push path
