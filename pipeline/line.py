@@ -141,14 +141,18 @@ def run(config: BuildConfig) -> RunResult:
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
-    options = PublishOptions(
-        facts=publish.run_facts(
-            client, cli.description, list(config.command or sys.argv), revision, created, publish.new_run_id(created)
-        ),
-        base_images={p: config.matrix.base_image_for(p) for p in config.platforms},
-        hold_moving_tags=config.hold_moving_tags,
-        compression=config.compression,
-        sign_key=key,
+    options = (  # what the push needs: the run's facts are the provenance's, gathered once
+        PublishOptions(
+            facts=publish.run_facts(
+                client, cli.description, list(config.command or sys.argv), revision, created, publish.new_run_id(created)
+            ),
+            base_images={p: config.matrix.base_image_for(p) for p in config.platforms},
+            hold_moving_tags=config.hold_moving_tags,
+            compression=config.compression,
+            sign_key=key,
+        )
+        if config.push
+        else None
     )
     args = build_image.build_args(revision, created)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
@@ -170,12 +174,8 @@ def run(config: BuildConfig) -> RunResult:
                 failed[platform] = err
                 continue
             done[platform] = (target, tagged)
-            if config.push:
-                results[platform] = (
-                    target,
-                    tagged,
-                    publish.publish(client, tagged, target, options),
-                )
+            if options is not None:  # --push
+                results[platform] = (target, tagged, publish.publish(client, tagged, target, options))
         if failed:
             first = next(iter(failed.values()))
             kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
@@ -185,7 +185,7 @@ def run(config: BuildConfig) -> RunResult:
                 + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
             )
         index: dict[str, str] = {}
-        if variant.multi_arch and config.push:
+        if variant.multi_arch and options is not None:
             if set(results) == set(variant.platforms):
                 index = publish.publish_index(results, variant.platforms, options)
             else:

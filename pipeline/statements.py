@@ -421,7 +421,6 @@ class Signed:
     run: str
     signed_at: dt.datetime
     record: Any  # TestResult, Provenance, Benchmark, Vulns, a tuple of Accepted (vex), or an int (the SBOM's components)
-    predicate: dict  # as signed, for --json
 
 
 def _test_result(r: _Reader, p: dict) -> TestResult:
@@ -544,4 +543,4 @@ def read_statement(stmt: Any, what: str) -> Signed:
     except ValueError:
         raise r.refuse(SIGNED_ANNOTATION, f"a time written {TIME_FORMAT}") from None
     predicate = r.obj(stmt, "predicate")
-    return Signed(kind, f"sha256:{digests['sha256']}", run, signed_at, READERS[kind](r, predicate), predicate)
+    return Signed(kind, f"sha256:{digests['sha256']}", run, signed_at, READERS[kind](r, predicate))

@@ -53,7 +53,6 @@ class Policy:
     require_gpu: bool = False
     max_age_days: int = DEFAULT_MAX_AGE
     expect_line: str | None = None
-    today: dt.date = dataclasses.field(default_factory=dt.date.today)
     now: dt.datetime = dataclasses.field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
@@ -210,7 +209,7 @@ def check_image(
     judge_age(runset, policy, label)
     if asked is not None:
         judge_line(runset["provenance"], asked, policy, label)
-    gone = lapsed(runset["vulns"], policy.today)
+    gone = lapsed(runset["vulns"], policy.now.date())
     if gone:
         raise NotVerified(f"{label}: accepted advisories have lapsed: {', '.join(gone)}; rebuild it with a fresh audit")
     if test.image_id != config:

@@ -98,6 +98,7 @@ def run_folder(
         "command": ["python", "build.py", "--push"],
         "commit": "0" * 40,
         "started": "2026-12-06T00:00:00Z",
+        "finished": "2026-12-06T00:05:00Z",
         "invocation": "test-build",
         "tools": {"python": "3.11"},
         "dependencies": [{"uri": "file:images/locks/test.txt", "digest": {"sha256": "e" * 64}}],

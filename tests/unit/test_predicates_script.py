@@ -22,7 +22,7 @@ SCRIPT = REPO_ROOT / "scripts" / "predicates-from-report.py"
 REPO = "ghcr.io/proven-torch/proven-torch"
 DIGEST = "sha256:" + "a" * 64
 IMAGE_ID = "sha256:" + "d" * 64
-TIMES = ("finishedOn", "timestamp", "action_statement_timestamp")  # written when made: they differ by the second
+TIMES = ("timestamp", "action_statement_timestamp")  # the VEX document says when it was made: they differ by the second
 
 
 def script():
@@ -120,7 +120,16 @@ def test_an_index_test_result_is_the_one_build_py_signs(tmp_path):
         about.append({**subject, "validation": records.validation(gpu=gpu)})
     out = tmp_path / "index"
     assert script().main(["index", str(out), "--ref", REPO, "--digest", DIGEST, *folders]) == 0
-    facts = {"line": "2.11-cu130", "flavor": None, "command": [], "commit": "c", "tools": {}, "invocation": "i", "started": "s"}
+    facts = {
+        "line": "2.11-cu130",
+        "flavor": None,
+        "command": [],
+        "commit": "c",
+        "tools": {},
+        "invocation": "i",
+        "started": "s",
+        "finished": "f",
+    }
     signed = publish.index_statements(Subject(REPO, DIGEST, run="r"), facts, ["2.11-cu130"], about)
     want = next(s["predicate"] for s in signed if s["predicateType"] == PREDICATES["test-result"])
     assert read(out, "test-result.json") == want and want["result"] == "WARNED" and "arm64/smoke/gpu" in want["warnedTests"]
