@@ -1,5 +1,6 @@
 """The signer's venv (.venv-signer), the only environment that reads the signing key, installs exactly
-what requirements-signer.lock pins, each file by hash, and the lock is the one its inputs make."""
+what requirements-signer.lock pins, each file by hash, and the lock is the one its inputs make: the
+packages requirements-signer.txt names, at requirements-dev.txt's versions (no pin written twice)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ from pipeline.attest import REPO_ROOT, _signer_python
 pytestmark = pytest.mark.unit
 
 LOCK = REPO_ROOT / "requirements-signer.lock"
-INPUTS = REPO_ROOT / "requirements-signer.txt"
+NAMES = REPO_ROOT / "requirements-signer.txt"
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^ ;\\]+)")
+
+
+def signer_pins() -> str:
+    """What scripts/lock-signer.sh resolves: each name's line of requirements-dev.txt."""
+    names = [line.strip() for line in NAMES.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    dev = (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
+    return "".join(next(line for line in dev if line.startswith(f"{name}==")) + "\n" for name in names)
 
 
 def pinned() -> dict[str, str]:
@@ -25,8 +33,8 @@ def pinned() -> dict[str, str]:
 
 def test_the_lock_was_made_from_the_inputs_as_they_are_now():
     first = LOCK.read_text().splitlines()[0]
-    assert first.startswith(f"# inputs sha256: {hashlib.sha256(INPUTS.read_bytes()).hexdigest()}"), (
-        "requirements-signer.txt changed after the lock was made: run `bash scripts/lock-signer.sh` and commit"
+    assert first.startswith(f"# inputs sha256: {hashlib.sha256(signer_pins().encode()).hexdigest()}"), (
+        "the signer's names or their pins changed after the lock was made: run `bash scripts/lock-signer.sh` and commit"
     )
 
 
@@ -39,7 +47,7 @@ def test_every_package_of_the_lock_is_pinned_with_hashes():
 
 
 def test_every_input_is_in_the_lock_at_its_version():
-    wanted = {m[1].lower(): m[2] for line in INPUTS.read_text().splitlines() if (m := PIN.match(line))}
+    wanted = {m[1].lower(): m[2] for line in signer_pins().splitlines() if (m := PIN.match(line))}
     assert wanted and all(pinned().get(name) == version for name, version in wanted.items())
 
 
