@@ -20,7 +20,8 @@ inside, said so), the base URL and the token. `jupyter server list` names the co
 instead, which only the container itself and its network neighbours can reach.
 
 start.sh also runs `healthcheck --wait-ready SECONDS --pid PID` to wait for
-JupyterLab: it prints the server's URL (http://127.0.0.1:PORT/BASE/) and exits
+JupyterLab: it prints the server's URL (http://127.0.0.1:PORT/BASE/, PORT the
+published one when JUPYTER_HOST_PORT says it) and exits
 0 when the server answers, 1 when it died or did not answer in time (an empty
 token never gets this far: container/jupyter_token.py refuses it first).
 Standard library only: it runs every few seconds.
@@ -79,11 +80,11 @@ def server_info(runtime: Path, pid: int) -> dict | None:
         return None
 
 
-def local_url(info: dict) -> str:
-    """The server's root URL through the loopback interface (it listens on 0.0.0.0)."""
+def local_url(info: dict, port: str | None = None) -> str:
+    """The server's root URL at 127.0.0.1: its own port (it listens on 0.0.0.0), or `port`, the one the host published."""
     scheme = "https" if info.get("secure") else "http"
     base = "/" + str(info.get("base_url", "/")).strip("/")
-    return f"{scheme}://127.0.0.1:{info['port']}{base.rstrip('/')}/"
+    return f"{scheme}://127.0.0.1:{port or info['port']}{base.rstrip('/')}/"
 
 
 def probe_jupyter(info: dict, timeout: float = TIMEOUT_S) -> str | None:
@@ -153,11 +154,14 @@ def check(run_dir: Path = RUN_DIR) -> tuple[bool, str]:
 HOST_PORT_ENV = "JUPYTER_HOST_PORT"
 
 
+def published_port() -> str | None:
+    """The port the Docker host published the Lab on, when the container was told (-e JUPYTER_HOST_PORT)."""
+    return os.environ.get(HOST_PORT_ENV, "").strip() or None
+
+
 def host_url(info: dict, host_port: str | None) -> str:
     """The Lab's URL from the Docker host: 127.0.0.1, the published port (else the one inside), the token."""
-    scheme = "https" if info.get("secure") else "http"
-    base = "/" + str(info.get("base_url", "/")).strip("/")
-    return f"{scheme}://127.0.0.1:{host_port or info['port']}{base.rstrip('/')}/lab?token={info.get('token', '')}"
+    return f"{local_url(info, host_port)}lab?token={info.get('token', '')}"
 
 
 def lab_url(run_dir: Path) -> int:
@@ -167,8 +171,8 @@ def lab_url(run_dir: Path) -> int:
     if info is None:
         print("lab-url: no JupyterLab runs in this container (it was started with a command of its own?)", file=sys.stderr)
         return 1
-    published = os.environ.get(HOST_PORT_ENV, "").strip()
-    print(host_url(info, published or None))
+    published = published_port()
+    print(host_url(info, published))
     if not published:
         print(
             f"lab-url: that is port {info['port']} inside the container; the URL works as it is when the host published it as "
@@ -180,7 +184,7 @@ def lab_url(run_dir: Path) -> int:
 
 
 def wait_ready(run_dir: Path, pid: int, seconds: float) -> int:
-    """Wait until JupyterLab `pid` answers; print its URL. 0 ready, 1 otherwise."""
+    """Wait until JupyterLab `pid` answers; print its URL (with the published port when told). 0 ready, 1 otherwise."""
     deadline = time.monotonic() + seconds
     runtime = runtime_dir(run_dir)
     while time.monotonic() < deadline:
@@ -188,7 +192,7 @@ def wait_ready(run_dir: Path, pid: int, seconds: float) -> int:
             return 1
         info = server_info(runtime, pid)
         if info is not None and probe_jupyter(info, timeout=2.0) is None:
-            print(local_url(info))
+            print(local_url(info, published_port()))
             return 0
         time.sleep(0.25)
     print(f"JupyterLab (pid {pid}) did not answer within {seconds:.0f}s", file=sys.stderr)
@@ -202,11 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lab-url", action="store_true", help="print the Lab's URL as the Docker host opens it (lab-url)")
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if (args.wait_ready is None) != (args.pid is None):
+        parser.error("--wait-ready and --pid go together")
+    if args.lab_url and args.wait_ready is not None:
+        parser.error("--lab-url and --wait-ready are different questions: ask one")
     if args.lab_url:
         return lab_url(args.run_dir)
     if args.wait_ready is not None:
-        if args.pid is None:
-            parser.error("--wait-ready needs --pid")
         return wait_ready(args.run_dir, args.pid, args.wait_ready)
     healthy, message = check(args.run_dir)
     print(message)

@@ -248,10 +248,8 @@ start_jupyter() {
     local url shown="$JUPYTER_TOKEN"
     [[ "$TOKEN_GENERATED" == true ]] || shown="<your JUPYTER_TOKEN>"
     # Not ready: it died (the supervisor reports it) or is slow (the healthcheck says so).
+    # The URL names the port the host published when JUPYTER_HOST_PORT says it.
     if url="$(healthcheck --wait-ready 120 --pid "$JUPYTER_PID")"; then
-        if [[ -n "${JUPYTER_HOST_PORT:-}" && "$url" =~ ^(https?://127\.0\.0\.1:)[0-9]+(/.*)$ ]]; then
-            url="${BASH_REMATCH[1]}${JUPYTER_HOST_PORT}${BASH_REMATCH[2]}" # the port the host published, when told
-        fi
         log "JupyterLab is ready: ${url}lab?token=$shown"
         [[ -n "${JUPYTER_HOST_PORT:-}" ]] ||
             log "(the port inside the container: open the host port you published it on, e.g. -p 127.0.0.1:8888:8888; \`docker exec CONTAINER lab-url\` prints the URL again)"

@@ -21,7 +21,6 @@ readonly DISPLAY_NAME="${1:?$USAGE}" SOCKET="${2:?$USAGE}" XAUTH_FILE="${3:?$USA
 readonly HERE=/opt/proven-torch/container/desktop
 readonly DESKTOP_DIR="${XAUTH_FILE%/*}"
 readonly LOG="$DESKTOP_DIR/desktop.log"
-readonly GEOMETRY="${PROVEN_TORCH_DESKTOP_GEOMETRY:-1280x800}"  # the browser's page resizes it (noVNC)
 
 log() { printf 'desktop: %s\n' "$*" >&2; }
 
@@ -37,7 +36,7 @@ xauth -q -f "$XAUTHORITY" add "$DISPLAY_NAME" . "$(mcookie)" 2>>"$LOG"
 
 started=$SECONDS
 Xtigervnc "$DISPLAY_NAME" -rfbunixpath "$SOCKET" -rfbunixmode 0600 -rfbport -1 -SecurityTypes None \
-    -auth "$XAUTHORITY" -nolisten tcp -nolisten local -geometry "$GEOMETRY" -depth 24 \
+    -auth "$XAUTHORITY" -nolisten tcp -nolisten local -geometry 1280x800 -depth 24 \
     -desktop "proven-torch ${PROVEN_TORCH_VARIANT:-}" -AlwaysShared >>"$LOG" 2>&1 &
 xserver=$!
 wm=""
@@ -55,6 +54,7 @@ for _ in $(seq 300); do
     kill -0 "$xserver" 2>/dev/null || { log "the X server exited at start; its log: $LOG"; tail -n 5 "$LOG" >&2; exit 1; }
     sleep 0.1
 done
+xdpyinfo >/dev/null 2>&1 || { log "no answer on $DISPLAY_NAME in 30 s; its log: $LOG"; stop; exit 1; }
 
 # blackbox keeps its settings in a file it may write back: a copy of the image's, per start.
 cp "$HERE/blackboxrc" "$DESKTOP_DIR/blackboxrc"

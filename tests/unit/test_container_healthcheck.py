@@ -192,3 +192,21 @@ def test_the_lab_url_is_the_hosts_address_with_the_published_port_and_the_token(
     info = {"port": 8888, "base_url": "/", "token": "t0k", "secure": False}
     assert healthcheck.host_url(info, None) == "http://127.0.0.1:8888/lab?token=t0k"
     assert healthcheck.host_url({**info, "base_url": "/lab-base/"}, "49152") == "http://127.0.0.1:49152/lab-base/lab?token=t0k"
+
+
+def test_wait_ready_names_the_published_port_when_told(run_dir, jupyter_server, capsys, monkeypatch):
+    port = jupyter_server()
+    write_server_info(run_dir, os.getpid(), port)
+    monkeypatch.setenv("JUPYTER_HOST_PORT", "49152")
+    assert healthcheck.wait_ready(run_dir, os.getpid(), 10) == 0
+    assert capsys.readouterr().out == "http://127.0.0.1:49152/\n"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--pid", "7"], ["--wait-ready", "5"], ["--lab-url", "--wait-ready", "5", "--pid", "7"]], ids=str
+)
+def test_options_that_do_not_go_together_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        healthcheck.main(argv)
+    assert stopped.value.code == 2
+    assert "--" in capsys.readouterr().err
