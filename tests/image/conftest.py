@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,20 @@ HEADLESS_CHROMIUM = (
     "--disable-component-update",
     "--disable-sync",
 )
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def need_chromium() -> str:
+    """The chromium to start; the test fails (never skips) on a host without one."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed on this host (scripts/prepare-host.sh --test-tools installs it)")
+    return CHROMIUM
+
+
+# Kubernetes' restricted profile as Docker says it (test_restricted_runtime.py, test_desktop.py):
+# an arbitrary UID in group 0, a read-only root, no capability, no new privileges.
+RESTRICTED = dict(user="4321:0", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], shm_size="1g")
+EXEC_TMP = {"/tmp": "exec"}  # Docker's --tmpfs is noexec unless told; a Kubernetes emptyDir is not
 
 
 @pytest.fixture(scope="module")

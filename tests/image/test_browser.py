@@ -6,18 +6,15 @@ error page; the screenshot stays in the test's tmp folder as an artifact.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
-from tests.image.conftest import HEADLESS_CHROMIUM
+from tests.image.conftest import CHROMIUM, HEADLESS_CHROMIUM, need_chromium
 from tests.image.service_helpers import wait_for_jupyter
 from tests.image.tracked_container import TrackedContainer, wait_until
 
 pytestmark = pytest.mark.image
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
 def chromium(profile, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -40,11 +37,6 @@ def lab(docker, image):
 @pytest.fixture(scope="module")
 def lab_url(lab):
     return f"http://127.0.0.1:{lab.ports[8888]}/lab?token={TOKEN}"
-
-
-def need_chromium():
-    if CHROMIUM is None:
-        pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
 
 
 @pytest.fixture(scope="module")

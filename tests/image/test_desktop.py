@@ -25,6 +25,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import time
@@ -34,7 +35,7 @@ import pytest
 import requests
 import websocket
 
-from tests.image.conftest import HEADLESS_CHROMIUM
+from tests.image.conftest import EXEC_TMP, HEADLESS_CHROMIUM, RESTRICTED, need_chromium
 from tests.image.service_helpers import Jupyter, make_keypair, ssh_argv, wait_for_jupyter, wait_for_sshd
 from tests.image.tracked_container import TrackedContainer, wait_until
 
@@ -42,12 +43,9 @@ pytestmark = pytest.mark.image
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "desktop-test-token-0123456789"
-RESTRICTED = dict(user="4321:0", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], shm_size="1g")
-EXEC_TMP = {"/tmp": "exec"}
 FAMILIES = {"HalfCheetah-v5": "GLFW", "CartPole-v1": "pygame", "LunarLander-v3": "pygame", "ALE/Pong-v5": "ALE"}
 # Seconds each example notebook may take here (2 cores, a CPU; measured 6 to 14 s alone).
 NOTEBOOK_BUDGET_S = {"environments.ipynb": 90, "ppo-cartpole.ipynb": 150, "record-video.ipynb": 90, "watch-your-agent.ipynb": 120}
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 NO_DISPLAY = r"""
 import json, os, sys
@@ -223,15 +221,15 @@ def test_without_a_display_no_error_lines_are_printed(no_display):
 # --- the desktop, through the Lab's proxy URL ------------------------------------------------
 
 
-def test_the_desktop_wants_the_token(desktop):
+@pytest.mark.parametrize("token", [None, "wrong"], ids=["no token", "a wrong token"])
+def test_the_desktop_wants_the_token(desktop, token):
     base = desktop["lab"].base
-    for token in (None, "wrong"):
-        params = {"token": token} if token else {}
-        page = requests.get(f"{base}/desktop/", params=params, allow_redirects=False, timeout=20)
-        assert page.status_code == 403 or (page.status_code == 302 and "/login" in page.headers["Location"]), page.status_code
-        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
-            websocket.create_connection(f"{base.replace('http', 'ws')}/desktop-websockify/", timeout=20)
-        assert refused.value.status_code in (302, 403)
+    query = f"?token={token}" if token else ""
+    page = requests.get(f"{base}/desktop/{query}", allow_redirects=False, timeout=20)
+    assert page.status_code == 403 or (page.status_code == 302 and "/login" in page.headers["Location"]), page.status_code
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        websocket.create_connection(f"{base.replace('http', 'ws')}/desktop-websockify/{query}", timeout=20)
+    assert refused.value.status_code in (302, 403)
 
 
 def x(desktop, *argv: str) -> str:
@@ -267,15 +265,14 @@ def changed_share(before: bytes, after: bytes, box: tuple[int, int, int, int]) -
 @pytest.fixture(scope="module")
 def watched(desktop, tmp_path_factory):
     """The Desktop tile's page open in headless Chromium; each of the four opens its window there in turn."""
-    if CHROMIUM is None:
-        pytest.fail("chromium is not installed on this host (Debian: apt-get install chromium)")
+    chromium = need_chromium()
     from playwright.sync_api import sync_playwright
 
     out = tmp_path_factory.mktemp("desktop")
     record: dict = {"windows": {}}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=[a for a in HEADLESS_CHROMIUM if a != "--headless"] + ["--disable-dev-shm-usage"]
+            executable_path=chromium, args=[a for a in HEADLESS_CHROMIUM if a != "--headless"] + ["--disable-dev-shm-usage"]
         )
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -284,8 +281,7 @@ def watched(desktop, tmp_path_factory):
             page.wait_for_selector("#screen canvas", timeout=60_000)
             page.wait_for_function("document.getElementById('status').textContent.includes('Connected')", timeout=60_000)
             record["first_open_s"] = round(time.monotonic() - start, 1)
-            time.sleep(1)  # the first frame
-            record["empty"] = page.screenshot()
+            record["empty"] = wait_until(lambda: settled(page), 30, "the empty desktop's first frame", interval=0.1)
             (out / "empty-desktop.png").write_bytes(record["empty"])
             record["canvas"] = page.evaluate(
                 "(() => { const r = document.querySelector('#screen canvas').getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()"
@@ -301,6 +297,23 @@ def watched(desktop, tmp_path_factory):
     return record
 
 
+def settled(page) -> bytes | None:
+    """The page's screenshot once it holds still (alike 1 s after the one before): the first frame is drawn."""
+    first = page.screenshot()
+    time.sleep(1)
+    second = page.screenshot()
+    return second if second == first else None
+
+
+def read_marker(container, marker: str, seconds: float, what: str) -> dict:
+    """The JSON the WINDOW script writes to `marker` once its window has stepped 50 times."""
+    return json.loads(
+        wait_until(
+            lambda: container.exec(["cat", marker])[1] if container.exec(["test", "-f", marker])[0] == 0 else "", seconds, what
+        )
+    )
+
+
 def open_window(desktop, env_id: str, page, record: dict, out: Path) -> dict:
     marker = f"/tmp/window-{env_id.replace('/', '-')}.json"
     before = window_ids(desktop)
@@ -311,17 +324,7 @@ def open_window(desktop, env_id: str, page, record: dict, out: Path) -> dict:
         environment=desktop["env"],
     )
     try:
-        opened = json.loads(
-            wait_until(
-                lambda: (
-                    desktop["container"].exec(["cat", marker])[1]
-                    if desktop["container"].exec(["test", "-f", marker])[0] == 0
-                    else ""
-                ),
-                120,
-                f"{env_id}'s window",
-            )
-        )
+        opened = read_marker(desktop["container"], marker, 120, f"{env_id}'s window")
         windows = x(desktop, "xdotool", "search", "--onlyvisible", "--pid", str(opened["pid"])).split()
         result = {
             **opened,
@@ -483,20 +486,14 @@ def test_ssh_x_opens_the_window_on_the_clients_display(desktop, client_display):
         container.ports[2222],
         desktop["key"],
         desktop["known_hosts"],
-        [f"python -c {shell_quote(WINDOW)} CartPole-v1 {marker} 60"],
+        [f"python -c {shlex.quote(WINDOW)} CartPole-v1 {marker} 60"],
         options=("ForwardX11=yes",),
     )
     client = subprocess.Popen(
         argv, env=client_display, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
     try:
-        opened = json.loads(
-            wait_until(
-                lambda: container.exec(["cat", marker])[1] if container.exec(["test", "-f", marker])[0] == 0 else "",
-                120,
-                "the window over ssh -X",
-            )
-        )
+        opened = read_marker(container, marker, 120, "the window over ssh -X")
         tree = subprocess.run(
             ["xwininfo", "-root", "-tree"], env=client_display, capture_output=True, text=True, timeout=30
         ).stdout
@@ -513,12 +510,6 @@ def test_ssh_x_opens_the_window_on_the_clients_display(desktop, client_display):
     assert re.fullmatch(r"localhost:1\d\.0", opened["display"]), opened  # sshd's forwarded display
     assert opened["pid"] in pids, tree  # the window on the client's Xvfb belongs to the process in the container
     assert error_lines(stderr) == [] and "Xauthority" not in stderr, stderr[-2000:]
-
-
-def shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 # --- the example notebooks -------------------------------------------------------------------

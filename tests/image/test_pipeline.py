@@ -26,7 +26,7 @@ from pipeline.render import dockerfile_path, spec_path
 from pipeline.stamp import validate_and_tag
 from pipeline.target import Target
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
-from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, registry_manifest
+from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, need_chromium, registry_manifest
 
 pytestmark = pytest.mark.image
 
@@ -387,8 +387,7 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
 
 
 def _chromium(*args: str, tmp_path) -> str:
-    exe = shutil.which("chromium")
-    assert exe, "Debian's chromium is needed (scripts/prepare-host.sh --test-tools installs it)"
+    exe = need_chromium()
     flags = [*HEADLESS_CHROMIUM, f"--user-data-dir={tmp_path / 'chromium'}"]
     return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120).stdout
 

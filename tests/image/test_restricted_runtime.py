@@ -13,13 +13,11 @@ from __future__ import annotations
 import pytest
 import requests
 
+from tests.image.conftest import EXEC_TMP, RESTRICTED
 from tests.image.service_helpers import make_keypair, run_command, ssh, wait_for_jupyter, wait_for_sshd
 from tests.image.tracked_container import TrackedContainer
 
 pytestmark = pytest.mark.image
-
-RESTRICTED = dict(user="4321:0", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], shm_size="1g")
-EXEC_TMP = {"/tmp": "exec"}  # Docker's --tmpfs is noexec unless told; a Kubernetes emptyDir is not
 
 
 @pytest.fixture(scope="module")
