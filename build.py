@@ -93,10 +93,11 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("verify sign", "--require-gpu", action="store_true")
     add("verify", "--expect-line", metavar="LINE")
     add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
-    add("verify", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
+    add("verify sign withdraw", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
     add("sign", "--report", type=Path, required=True, metavar="REPORT_JSON")
     add("sign", "--proof", type=Path, metavar="PROOF_JSON")
-    add("sign", "--run-id", metavar="ID")
+    add("sign", "--run-name", metavar="NAME")
+    add("sign", "--predicates", type=Path, metavar="DIR")
     add("build report matrix", "--report-dir", type=Path, default=REPO_ROOT / "reports")
     add("render lock", "--check", action="store_true")
     for option in ("--markdown", "--json", "--default"):
@@ -188,40 +189,37 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
 
         policy = Policy(require_gpu=args.require_gpu, max_age_days=args.max_age, expect_line=args.expect_line)
         return say(verify_and_show(args.image_ref, args.key, policy, args.timeout, args.json))
+    if args.command in ("sign", "withdraw") and args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout:g}: give a number of seconds above 0")
     if args.command == "sign":
         from pipeline.attest import key_source
-        from pipeline.publish import sign_pushed
+        from pipeline.registry import parse_ref
+        from pipeline.signing import SignRequest, sign_command
 
         key = key_source(args.sign_key, args.sign_key_passphrase_file)
-        if key is None:
-            raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY)")
-        return say(sign_pushed(args.signed_ref, args.report, key, args.proof, args.require_gpu, args.run_id))
+        if key is None and args.predicates is None:
+            raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY), or --predicates DIR")
+        ref = parse_ref(args.signed_ref)
+        request = SignRequest(ref, args.report, key, args.proof, args.require_gpu, args.run_name, args.timeout, args.predicates)
+        return say(sign_command(request))
     if args.command == "withdraw":
-        from pipeline.publish import withdraw
+        from pipeline.registry import parse_ref
+        from pipeline.withdraw import withdraw
 
-        return say(withdraw(args.signed_ref))
+        return say(withdraw(parse_ref(args.signed_ref), args.timeout))
     if args.command == "report":
         from pipeline.html_report import rebuild_index
 
         return say(rebuild_index(args.report_dir))
-    shared = {"ca_cert": args.ca_cert, "advisories": args.advisories, "report_dir": args.report_dir, "verbose": args.verbose}
     if args.command == "matrix":
         from pipeline.all_lines import run_and_summarize
+        from pipeline.request import for_matrix
 
-        return run_and_summarize(matrix, args.line, args.keep, **shared)
+        return run_and_summarize(for_matrix(matrix, args), args.line, args.keep)
     from pipeline.line import build_line
+    from pipeline.request import from_cli
 
-    chosen = {
-        "repo": args.repo,
-        "push": args.push,
-        "registry": args.registry,
-        "compression": args.compression,
-        "hold_moving_tags": args.hold_moving_tags,
-        "allow_cpu_validation": args.allow_cpu_validation,
-        "sign_key": args.sign_key,
-        "sign_key_passphrase_file": args.sign_key_passphrase_file,
-    }
-    return say(build_line(matrix, args.cuda, args.torch, args.flavor, args.platform, **chosen, **shared))
+    return say(build_line(from_cli(matrix, args)))
 
 
 def say(lines: list[str]) -> int:

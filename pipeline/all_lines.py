@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from pipeline import build_image, docker_env
 from pipeline.errors import Interrupted, PipelineError, UsageError, ValidationFailed
 from pipeline.html_report import line_reports
 from pipeline.line import run
-from pipeline.request import BuildConfig
-from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives, resolve
+from pipeline.records import Report, write
+from pipeline.request import Request
+from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,8 @@ def chosen_lines(matrix: Matrix, names: list[str] | None) -> list[Variant]:
     return [matrix.by_name(name) for name in names]  # by_name refuses an unknown one with the list
 
 
-def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -> LineResult:
-    report = report or {}
-    validation = report.get("validation") or {}
+def _row(variant: Variant, status: str, report: Report | None, detail: str = "") -> LineResult:
+    validation = report.validation if report else {}
     size = (validation.get("size") or {}).get("uncompressed_bytes")
     proof = validation.get("proof") or {}
     ppo = validation.get("ppo") or {}
@@ -61,16 +60,16 @@ def _row(variant: Variant, status: str, report: dict | None, detail: str = "") -
         status=status,
         detail=detail,
         size_gb=round(size / 1e9, 2) if size else None,
-        build_seconds=report.get("build_seconds"),
+        build_seconds=report.build_seconds if report else None,
         proof_seconds=proof.get("seconds"),
         ppo_gate_seconds=ppo.get("wall_seconds"),
         advisories=advisories,
     )
 
 
-def _latest_report(report_dir: Path, variant: Variant) -> dict | None:
+def _latest_report(report_dir: Path, variant: Variant) -> Report | None:
     runs = line_reports(report_dir / variant.name)
-    return json.loads(runs[-1].read_text()) if runs else None
+    return Report.load(runs[-1]) if runs else None
 
 
 def _remove_images(result) -> None:
@@ -117,7 +116,7 @@ def _run_line(matrix: Matrix, base_config, variant: Variant, keep: bool, kept: l
         raise
     except PipelineError as err:
         return _row(variant, "failed", _latest_report(base_config.report_dir, variant), str(err))
-    report = json.loads(result.report_path.read_text())
+    report = Report.load(result.report_path)
     if keep:
         kept.extend(result.tags)
     else:
@@ -150,38 +149,17 @@ def write_summary(rows: list[LineResult], report_dir: Path, host: str) -> tuple[
     now = dt.datetime.now(dt.UTC)
     out = report_dir / "matrix" / f"{now:%Y%m%dT%H%M%SZ}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(
-        json.dumps({"host": host, "date": now.isoformat(), "lines": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n"
-    )
+    write(out / "summary.json", {"host": host, "date": now.isoformat(), "lines": [dataclasses.asdict(r) for r in rows]})
     (out / "summary.md").write_text(markdown(rows, host, f"{now:%Y-%m-%d}"))
     return out / "summary.md", out / "summary.json"
 
 
-def run_and_summarize(
-    matrix: Matrix,
-    names: list[str] | None,
-    keep: bool,
-    *,
-    report_dir: Path,
-    ca_cert: Path | None = None,
-    advisories: Path | None = None,
-    verbose: bool = False,
-) -> int:
+def run_and_summarize(base: Request, names: list[str] | None, keep: bool) -> int:
     """`build.py matrix`: every chosen line built and proven in turn (no push), the summary written and
     printed; ValidationFailed (exit 5) naming the lines that failed."""
     from common.host import host_cpu
 
-    base = BuildConfig(
-        matrix=matrix,
-        variant=resolve(matrix, None),
-        repo=matrix.name,
-        push=False,
-        allow_cpu_validation=True,
-        ca_cert=ca_cert,
-        advisories=advisories,
-        report_dir=report_dir,
-        verbose=verbose,
-    )
+    matrix, report_dir = base.matrix, base.report_dir
     rows = run_matrix(matrix, base, names, keep)
     md, js = write_summary(rows, report_dir, host_cpu())
     print(markdown(rows, host_cpu(), "today"), end="")

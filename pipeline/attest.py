@@ -21,6 +21,7 @@ import base64
 import copy
 import json
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import NotVerified, PipelineError, RegistryDataRefused, UsageError
-from pipeline.statements import PAYLOAD_TYPE, encode
+from pipeline.statements import PAYLOAD_TYPE, encode, now, stamp_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SIGN_KEY_ENV = "PROVEN_TORCH_SIGN_KEY"
@@ -36,6 +37,7 @@ PASSPHRASE_ENV = "PROVEN_TORCH_SIGN_KEY_PASSPHRASE"
 SIGNER_PYTHON_ENV = "PROVEN_TORCH_SIGNER_PYTHON"  # another signer interpreter (tests; hosts with their own venv)
 SIGNER_VENV = REPO_ROOT / ".venv-signer"
 PRIVATE_NAME, PUBLIC_NAME = "proven-torch.key", "proven-torch.pub"
+RUN_NAME_MAX = 300  # characters of a run name (an Actions run URL is about 100)
 SIGNER_TIMEOUT = 120  # seconds for one request to the signer (the SBOM statement is the largest, ~2 MB)
 
 
@@ -92,10 +94,22 @@ def check_key(source: KeySource) -> str:
     return str(_ask_signer({"op": "keyid", **_where(source)})["keyid"])
 
 
-def sign(source: KeySource, statements: list[dict]) -> tuple[str, list[bytes]]:
-    """(key id, one DSSE envelope per statement, in order), signed by the signer."""
-    answer = _ask_signer({"op": "sign", **_where(source), "statements": statements})
-    return str(answer["keyid"]), [base64.b64decode(e) for e in answer["envelopes"]]
+@dataclass(frozen=True)
+class Signatures:
+    """What the signer answered: its key, the envelopes (in the statements' order), and the run it stamped
+    into every statement: a fresh random id and its own clock's time."""
+
+    keyid: str
+    envelopes: list[bytes]
+    run: str
+    signed_at: str
+
+
+def sign(source: KeySource, statements: list[dict], run_name: str | None = None) -> Signatures:
+    """The statements signed by the signer as one run; `run_name` (the Actions run URL, say) is signed as a label."""
+    answer = _ask_signer({"op": "sign", **_where(source), "statements": statements, "run_name": run_name})
+    envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
+    return Signatures(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
 
 
 def keygen(directory: Path, encrypt: bool = False, passphrase_file: Path | None = None) -> tuple[Path, Path, str]:
@@ -271,6 +285,15 @@ def _envelope(signer, stmt: dict) -> bytes:
     return json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")).encode()
 
 
+def _run_name(name) -> str | None:
+    """The caller's name for a run: a label of printable characters, bounded; anything else is refused."""
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str) or len(name) > RUN_NAME_MAX or not name.isprintable():
+        raise UsageError(f"--run-name: give at most {RUN_NAME_MAX} printable characters (the CI run's URL, say)")
+    return name
+
+
 def serve(request: dict) -> dict:
     """What the signer does with one request (the signer process's whole job)."""
     op = request.get("op")
@@ -280,9 +303,11 @@ def serve(request: dict) -> dict:
     keyid = signer.public_key.keyid
     if op == "keyid":
         return {"keyid": keyid}
-    if op == "sign":
-        envelopes = [base64.b64encode(_envelope(signer, stmt)).decode() for stmt in request["statements"]]
-        return {"keyid": keyid, "envelopes": envelopes}
+    if op == "sign":  # one run: the signer's own id and clock, the same for every statement
+        run, signed_at, name = secrets.token_hex(16), now(), _run_name(request.get("run_name"))
+        stamped = [stamp_run(stmt, run, signed_at, name) for stmt in request["statements"]]
+        envelopes = [base64.b64encode(_envelope(signer, stmt)).decode() for stmt in stamped]
+        return {"keyid": keyid, "envelopes": envelopes, "run": run, "signed_at": signed_at}
     raise UsageError(f"the signer does not know the request {op!r}")
 
 

@@ -74,11 +74,13 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--expect-line": "fail unless the signed provenance names this line (e.g. 2.9-cu128): for references by digest, which name no tag",
     "--max-age": "fail when the deciding statements were signed more than DAYS days ago (default: %(default)s, the age at which "
     "advisory data counts as stale)",
-    "--timeout": "seconds for everything verify asks of the registry (default: %(default)s); past it: exit 6",
+    "--timeout": "seconds for everything the command asks of the registry (default: %(default)s); past it: exit 6",
     "--report": "the build's report.json (reports/<line>/<run>/report.json, with validation.json, facts.json and the SBOM beside it)",
     "--proof": "proof.json of `proof --out DIR` run on that very digest: its test result and benchmark are signed instead of the build's; "
     "refused unless it passed",
-    "--run-id": "the id this signing run's statements carry (default: a new one); e.g. the release workflow's run URL",
+    "--predicates": "also write cosign's predicates of the same statements into DIR (one file per kind, predicates.tsv); "
+    "without --sign-key, only those (checked the same way, nothing signed)",
+    "--run-name": "a name for this signing run, signed as a label (e.g. the release workflow's run URL); the run's id and time are the signer's own",
     "signed_ref": "the pushed image by digest, HOST/REPO@sha256:<hex>",
     "--sign-key": "the private key (build.py keygen's, outside the checkout) that signs each pushed digest's statements (provenance, SBOM, "
     "test result, benchmark, vulnerabilities, VEX), attached in the registry; read only by the signer process (.venv-signer). build: "

@@ -28,6 +28,7 @@ class Finished:
     seconds: float
     timed_out: bool
     files: dict[str, bytes] = field(default_factory=dict)  # the `fetch` folder, by relative name
+    image_id: str = ""  # the image the container ran, as Docker reports it (`docker inspect`'s .Image)
 
 
 def device_requests(gpus: int):
@@ -140,4 +141,5 @@ def run_in_image(
         seconds=time.monotonic() - start,
         timed_out=timed_out.is_set(),
         files=files,
+        image_id=str(container.attrs.get("Image", "")),
     )

@@ -82,7 +82,8 @@ class Interrupted(PipelineError):
 EXIT_CODES = {
     0: "success",
     1: "verify: not verified (the line names the statement and why; 'registry data refused' for data it will not "
-    "read); any other command: an unexpected internal error (a bug: please report it with the traceback from --debug)",
+    "read); sign: refused, the proof is not bound to the digest (another image or line, an edited report, not a whole "
+    "proof); any other command: an unexpected internal error (a bug: please report it with the traceback from --debug)",
     UsageError.exit_code: "bad input: unknown CUDA line, nonexistent torch/CUDA combination, malformed matrix, missing file, "
     "a registry that would be spoken to without TLS, a bad key or passphrase, a command run without the host venv",
     DockerUnavailable.exit_code: "Docker daemon unreachable or no BuildKit-capable docker CLI",

@@ -9,12 +9,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import attest, build_image, docker_env, hostprocs, publish, push, stamp, tags
-from pipeline.errors import Interrupted, PipelineError, UsageError
-from pipeline.publish import PublishOptions, Pushed
-from pipeline.request import BuildConfig, check_push_target, check_request, host_platform
+from pipeline import attest, build_image, docker_env, hostprocs, publish, push, run_facts, stamp, tags
+from pipeline.errors import Interrupted, PipelineError
+from pipeline.publish import Pushed
+from pipeline.request import Request, check_push_target, check_request, host_platform
 from pipeline.target import Tagged, Target
-from pipeline.variants import BASE, REPO_ROOT, Matrix, Variant, arch, resolve
+from pipeline.variants import REPO_ROOT, Variant, arch
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
 def build_and_validate(
     client,
     cli,
-    config: BuildConfig,
+    config: Request,
     platform: str,
     run_dir: Path,
     args: dict[str, str],
@@ -115,7 +115,7 @@ def interrupted(err: BaseException, done: dict, results: dict, push: bool) -> In
     )
 
 
-def run(config: BuildConfig) -> RunResult:
+def run(config: Request) -> RunResult:
     variant = config.variant
     gpus = docker_env.host_gpu_count()
     check_request(config, gpus)
@@ -141,18 +141,8 @@ def run(config: BuildConfig) -> RunResult:
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
-    options = (  # what the push needs: the run's facts are the provenance's, gathered once
-        PublishOptions(
-            facts=publish.run_facts(
-                client, cli.description, list(config.command or sys.argv), revision, created, publish.new_run_id(created)
-            ),
-            base_images={p: config.matrix.base_image_for(p) for p in config.platforms},
-            hold_moving_tags=config.hold_moving_tags,
-            compression=config.compression,
-            sign_key=key,
-        )
-        if config.push
-        else None
+    facts = (  # what the push's provenance says of the run, gathered once
+        run_facts.gather(client, cli.description, list(config.command or sys.argv), revision, created) if config.push else None
     )
     args = build_image.build_args(revision, created)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
@@ -174,8 +164,8 @@ def run(config: BuildConfig) -> RunResult:
                 failed[platform] = err
                 continue
             done[platform] = (target, tagged)
-            if options is not None:  # --push
-                results[platform] = (target, tagged, publish.publish(client, tagged, target, options))
+            if facts is not None:  # --push
+                results[platform] = (target, tagged, publish.publish(client, tagged, target, config, facts))
         if failed:
             first = next(iter(failed.values()))
             kept = [f"{t.ref}:{tagged.tags[0]}" for t, tagged in done.values()]
@@ -185,9 +175,9 @@ def run(config: BuildConfig) -> RunResult:
                 + (f" ({', '.join(kept)} validated and {'pushed' if config.push else 'tagged'} per architecture)" if kept else "")
             )
         index: dict[str, str] = {}
-        if variant.multi_arch and options is not None:
+        if variant.multi_arch and facts is not None:
             if set(results) == set(variant.platforms):
-                index = publish.publish_index(results, variant.platforms, options)
+                index = publish.publish_index(results, config)
             else:
                 print(
                     f"==> {variant.name} is multi-arch: pushed per-architecture tags only ({', '.join(results)}); "
@@ -210,58 +200,9 @@ def run(config: BuildConfig) -> RunResult:
     )
 
 
-def build_line(
-    matrix: Matrix,
-    cuda: str | None,
-    torch: str | None,
-    flavor: str | None,
-    platform: str,
-    *,
-    repo: str | None = None,
-    push: bool = False,
-    registry: str | None = None,
-    compression: str = "gzip",
-    hold_moving_tags: bool = False,
-    allow_cpu_validation: bool = False,
-    sign_key: Path | None = None,
-    sign_key_passphrase_file: Path | None = None,
-    ca_cert: Path | None = None,
-    advisories: Path | None = None,
-    report_dir: Path = REPO_ROOT / "reports",
-    verbose: bool = False,
-) -> list[str]:
-    """`build.py build`: run the line the flags name (the matrix's first torch line of the CUDA line, said
-    so, unless `torch` picks one; platform "all": each platform of the line); the '==> done' lines to print.
-    repo None: the matrix's name."""
-    variant = resolve(matrix, cuda, torch, BASE if flavor is None else flavor)
-    others = [v for v in matrix.variants if v.cuda == variant.cuda and v.name != variant.base_name]
-    if others and torch is None:
-        print(
-            f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
-            f"{variant.name} (the matrix's first); --torch {others[0].torch_minor} builds {others[0].name}",
-            flush=True,
-        )
-    platforms = variant.platforms if platform == "all" else (platform,)
-    if sign_key_passphrase_file is not None and sign_key is None and not push:
-        raise UsageError("--sign-key-passphrase-file unlocks the key that signs a push; add --push and --sign-key")
-    config = BuildConfig(
-        matrix=matrix,
-        variant=variant,
-        repo=repo or matrix.name,
-        platforms=platforms,
-        push=push,
-        registry=registry,
-        compression=compression,
-        hold_moving_tags=hold_moving_tags,
-        allow_cpu_validation=allow_cpu_validation,
-        # --sign-key, else PROVEN_TORCH_SIGN_KEY for a push (check_request refuses a flag without --push)
-        sign_key=attest.key_source(sign_key, sign_key_passphrase_file) if push or sign_key is not None else None,
-        ca_cert=ca_cert,
-        advisories=advisories,
-        report_dir=report_dir,
-        verbose=verbose,
-    )
-    result = run(config)
+def build_line(request: Request) -> list[str]:
+    """`build.py build`: run the line the request names; the '==> done' lines to print."""
+    result = run(request)
     lines = ["==> done: " + ", ".join(result.tags) + (" (pushed)" if result.pushed else "")]
     if result.index:
         lines.append("==> multi-arch: " + ", ".join(f"{ref} ({digest[:19]})" for ref, digest in result.index.items()))

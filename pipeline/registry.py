@@ -188,6 +188,15 @@ def as_dict(data: bytes, what: str) -> dict:
     return value
 
 
+def config_digest(body: bytes, what: str) -> str:
+    """The config digest (an image's ID) an image manifest names."""
+    config = as_dict(body, f"{what}: the image manifest").get("config")
+    config = config.get("digest") if isinstance(config, dict) else None
+    if not isinstance(config, str) or not DIGEST.fullmatch(config):
+        raise RegistryDataRefused(f"{what}: the image manifest names no config digest")
+    return config
+
+
 def descriptors(value: Any, what: str) -> list[dict]:
     """An index's `manifests`: a list of descriptors, each with a sha256 digest."""
     if not isinstance(value, list) or not all(

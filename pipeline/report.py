@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.html_report import write_page
+from pipeline.records import write
 from pipeline.validation.gate import Validation
 from pipeline.variants import Variant
 
@@ -47,7 +47,6 @@ def write_report(
         "push": push.as_dict() if push else None,
         "host": {"machine": platform.machine(), "system": platform.platform()},
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    write(path, report)
     write_page(path)
     return path

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import os
 import platform as host
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import docker_env, registry, zstd_push
-from pipeline.attest import KeySource
+from pipeline.attest import KeySource, key_source
 from pipeline.errors import UsageError
-from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant
+from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, resolve
 
 
 @dataclass(frozen=True)
-class BuildConfig:
-    """Everything one run needs, parsed once from the command line."""
+class Request:
+    """Everything one `build.py build` or `matrix` run needs, parsed once from the command line (from_cli);
+    the stages take it, never a list of keywords."""
 
     matrix: Matrix
     variant: Variant
@@ -35,7 +37,7 @@ class BuildConfig:
     command: tuple[str, ...] = ()  # the command line, for provenance (default: this process's argv)
 
 
-def check_request(config: BuildConfig, gpus: int) -> None:
+def check_request(config: Request, gpus: int) -> None:
     """Refuse bad input before building, not after: a CPU-only validation pushed
     without being asked to, --registry without --push, a missing CA file, no GPU where one is required."""
     if os.environ.get("REQUIRE_GPU") == "1" and gpus == 0:
@@ -88,7 +90,7 @@ def emulation_problem(platform: str, binfmt: Path = Path("/proc/sys/fs/binfmt_mi
     return None
 
 
-def check_platforms(config: BuildConfig) -> None:
+def check_platforms(config: Request) -> None:
     """Refuse a platform the line is not built for, and an emulated one this host cannot run, before building."""
     variant = config.variant
     other = [p for p in config.platforms if p not in variant.platforms]
@@ -108,7 +110,7 @@ def check_platforms(config: BuildConfig) -> None:
             )
 
 
-def check_push_target(config: BuildConfig, client) -> None:
+def check_push_target(config: Request, client) -> None:
     """Refuse, before building, a push that would leave TLS behind: Docker and skopeo speak plain HTTP
     (or TLS unverified) to a registry that resolves to a loopback address or that Docker lists as
     insecure; only one written as loopback (localhost, 127.0.0.1, [::1]) may be spoken to that way."""
@@ -118,3 +120,52 @@ def check_push_target(config: BuildConfig, client) -> None:
         and (why := registry.plain_http_refusal(config.registry, docker_env.registry_security(client)))
     ):
         raise UsageError(f"--registry {config.registry} refused: {why}; or give the registry TLS")
+
+
+def from_cli(matrix: Matrix, args) -> Request:
+    """The Request `build.py build`'s parsed flags make: the line (the matrix's first torch line of the CUDA
+    line, said so, unless --torch picks one), its platforms ("all": each of the line's), the key source
+    (--sign-key, else PROVEN_TORCH_SIGN_KEY for a push; check_request refuses a key without --push)."""
+    variant = resolve(matrix, args.cuda, args.torch, BASE if args.flavor is None else args.flavor)
+    others = [v for v in matrix.variants if v.cuda == variant.cuda and v.name != variant.base_name]
+    if others and args.torch is None:
+        print(
+            f"==> CUDA {variant.cuda} has torch lines {', '.join(v.torch_minor for v in [variant, *others])}: building "
+            f"{variant.name} (the matrix's first); --torch {others[0].torch_minor} builds {others[0].name}",
+            flush=True,
+        )
+    if args.sign_key_passphrase_file is not None and args.sign_key is None and not args.push:
+        raise UsageError("--sign-key-passphrase-file unlocks the key that signs a push; add --push and --sign-key")
+    return Request(
+        matrix=matrix,
+        variant=variant,
+        repo=args.repo or matrix.name,
+        platforms=variant.platforms if args.platform == "all" else (args.platform,),
+        push=args.push,
+        registry=args.registry,
+        compression=args.compression,
+        hold_moving_tags=args.hold_moving_tags,
+        allow_cpu_validation=args.allow_cpu_validation,
+        sign_key=key_source(args.sign_key, args.sign_key_passphrase_file) if args.push or args.sign_key is not None else None,
+        ca_cert=args.ca_cert,
+        advisories=args.advisories,
+        report_dir=args.report_dir,
+        verbose=args.verbose,
+        command=tuple(sys.argv),
+    )
+
+
+def for_matrix(matrix: Matrix, args) -> Request:
+    """The Request `build.py matrix` runs each line with (its variant replaced per line): no push, CPU
+    validation allowed, the report folder, CA and advisory data the flags name."""
+    return Request(
+        matrix=matrix,
+        variant=resolve(matrix, None),
+        repo=matrix.name,
+        allow_cpu_validation=True,
+        ca_cert=args.ca_cert,
+        advisories=args.advisories,
+        report_dir=args.report_dir,
+        verbose=args.verbose,
+        command=tuple(sys.argv),
+    )

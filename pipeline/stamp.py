@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 
+from common.cli import atomic_write
 from pipeline import labels, push, tags
 from pipeline.errors import ValidationFailed
+from pipeline.records import VALIDATION
 from pipeline.target import Tagged, Target
 from pipeline.validation import audit, gate
 from pipeline.validation.gate import Validation
@@ -54,7 +56,7 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
         target.write_report(image_id, validation, status="failed", error=str(err))
         raise
     record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
-    (target.run_dir / "validation.json").write_bytes(record)
+    atomic_write(target.run_dir / VALIDATION, lambda f: f.write(record))  # these bytes' hash is a label
     line_tags = [immutable, *moving]
     all_tags = [target.own_tag(tag) for tag in line_tags]
     image_labels, env = stamp_values(validation, immutable, record)

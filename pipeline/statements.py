@@ -19,12 +19,13 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from common.rules import CHECK_NEEDS_GPU
 from pipeline.errors import RegistryDataRefused
+from pipeline.records import Reader
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of an in-toto statement
@@ -53,7 +54,10 @@ GPU_TESTS = tuple(f"smoke/{name}" for name, needs_gpu in CHECK_NEEDS_GPU.items()
 
 # In each statement's subject (an in-toto ResourceDescriptor's `annotations`), signed with it.
 RUN_ANNOTATION = "proven-torch.dev/run"  # the run the statement belongs to: one build.py push or one release signing
-SIGNED_ANNOTATION = "proven-torch.dev/signed-at"  # when it was signed, RFC 3339 UTC
+SIGNED_ANNOTATION = "proven-torch.dev/signed-at"  # when it was signed, RFC 3339 UTC, by the signer's clock
+RUN_NAME_ANNOTATION = "proven-torch.dev/run-name"  # the caller's name for the run (the Actions run URL): a label
+STAMPED_ANNOTATION = "proven-torch.dev/stamped-by"  # who chose the run and time: always the signer
+STAMPED_BY = "signer"
 IMAGE_KINDS = tuple(PREDICATES)  # what a run signs about an image: all six
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -64,17 +68,26 @@ def now() -> str:
 
 @dataclass(frozen=True)
 class Subject:
-    """What a statement is about: one pushed manifest, and the run that signs it (its id and time)."""
+    """What a statement is about: one pushed manifest. The run that signs it and when are the signer's to
+    stamp (stamp_run), never the caller's."""
 
     name: str  # the repository, e.g. localhost:5000/proven-torch
     digest: str  # sha256:<hex> of the manifest as pushed
-    run: str = ""  # the invocation id shared by a run's statements
-    signed_at: str = field(default_factory=now)
 
     def as_list(self) -> list[dict]:
         algo, _, hexdigest = self.digest.partition(":")
-        annotations = {RUN_ANNOTATION: self.run, SIGNED_ANNOTATION: self.signed_at}
-        return [{"name": self.name, "digest": {algo: hexdigest}, "annotations": annotations}]
+        return [{"name": self.name, "digest": {algo: hexdigest}, "annotations": {}}]
+
+
+def stamp_run(stmt: dict, run: str, signed_at: str, run_name: str | None) -> dict:
+    """The statement as the signer signs it: its subject annotated with the signer's own run id and clock
+    (and the caller's run name, a label only); whatever the caller put there is replaced."""
+    subject = [{**s, "annotations": {}} for s in stmt.get("subject", [])]
+    for s in subject:
+        s["annotations"] = {RUN_ANNOTATION: run, SIGNED_ANNOTATION: signed_at, STAMPED_ANNOTATION: STAMPED_BY}
+        if run_name:
+            s["annotations"][RUN_NAME_ANNOTATION] = run_name
+    return {**stmt, "subject": subject}
 
 
 def statement(kind: str, subject: Subject, predicate: dict) -> dict:
@@ -107,7 +120,10 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
     passed, warned, failed = [], [], []
     reasons: dict[str, str] = {}
     gpu_checks = {name for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu}
-    for check in validation.get("smoke", {}).get("checks", []):
+    checks = (validation.get("smoke") or {}).get("checks") or []
+    if not checks:  # a result that lists no test passed nothing
+        failed.append("smoke/(no checks listed)")
+    for check in checks:
         name = f"smoke/{check['name']}"
         if check["status"] == "pass":
             passed.append(name)
@@ -321,46 +337,6 @@ def provenance_predicate(
 
 # --------------------------------------------------------------------------- reading signed statements back
 
-T = TypeVar("T")
-
-
-class _Reader:
-    """Typed fields of one statement's JSON, each missing or mistyped one a RegistryDataRefused naming it."""
-
-    def __init__(self, what: str):
-        self.what = what
-
-    def refuse(self, field_name: str, wanted: str) -> RegistryDataRefused:
-        return RegistryDataRefused(f"{self.what}: {field_name} is not {wanted}")
-
-    def get(self, obj: Any, key: str, kind: type[T], wanted: str, optional: bool = False) -> T | None:
-        value = obj.get(key) if isinstance(obj, dict) else None
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            raise self.refuse(key, wanted)
-        return value
-
-    def text(self, obj: Any, key: str, optional: bool = False) -> str | None:
-        return self.get(obj, key, str, "a string", optional)
-
-    def obj(self, obj: Any, key: str, optional: bool = False) -> dict:
-        return self.get(obj, key, dict, "an object", optional) or {}
-
-    def texts(self, obj: Any, key: str, optional: bool = False) -> tuple[str, ...]:
-        value = self.get(obj, key, list, "a list", optional) or []
-        if not all(isinstance(v, str) for v in value):
-            raise self.refuse(key, "a list of strings")
-        return tuple(value)
-
-    def number(self, obj: Any, key: str) -> float | None:
-        value = obj.get(key) if isinstance(obj, dict) else None
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.refuse(key, "a number")
-        return float(value)
-
 
 @dataclass(frozen=True)
 class TestResult:
@@ -421,9 +397,10 @@ class Signed:
     run: str
     signed_at: dt.datetime
     record: Any  # TestResult, Provenance, Benchmark, Vulns, a tuple of Accepted (vex), or an int (the SBOM's components)
+    run_name: str | None = None  # the caller's name for the run (a label, signed)
 
 
-def _test_result(r: _Reader, p: dict) -> TestResult:
+def _test_result(r: Reader, p: dict) -> TestResult:
     result = r.text(p, "result")
     if result not in RESULTS:
         raise r.refuse("result", f"one of {', '.join(RESULTS)}")
@@ -446,7 +423,7 @@ def _test_result(r: _Reader, p: dict) -> TestResult:
     )
 
 
-def _provenance(r: _Reader, p: dict) -> Provenance:
+def _provenance(r: Reader, p: dict) -> Provenance:
     definition, details = r.obj(p, "buildDefinition"), r.obj(p, "runDetails")
     params, metadata = r.obj(definition, "externalParameters"), r.obj(details, "metadata")
     return Provenance(
@@ -460,7 +437,7 @@ def _provenance(r: _Reader, p: dict) -> Provenance:
     )
 
 
-def _benchmark(r: _Reader, p: dict) -> Benchmark:
+def _benchmark(r: Reader, p: dict) -> Benchmark:
     return Benchmark(
         environment=r.text(p, "environment", optional=True),
         target_return=r.number(p, "target_return"),
@@ -475,7 +452,7 @@ def _benchmark(r: _Reader, p: dict) -> Benchmark:
     )
 
 
-def _vulns(r: _Reader, p: dict) -> Vulns:
+def _vulns(r: Reader, p: dict) -> Vulns:
     scanner = r.obj(p, "scanner")
     accepted = []
     for result in r.get(scanner, "result", list, "a list", optional=True) or []:
@@ -486,7 +463,7 @@ def _vulns(r: _Reader, p: dict) -> Vulns:
     return Vulns(data_date=r.text(r.obj(scanner, "db"), "lastUpdate", optional=True), accepted_until=tuple(accepted))
 
 
-def _vex(r: _Reader, p: dict) -> tuple[Accepted, ...]:
+def _vex(r: Reader, p: dict) -> tuple[Accepted, ...]:
     out = []
     for s in r.get(p, "statements", list, "a list", optional=True) or []:
         products = r.get(s, "products", list, "a list") or [{}]
@@ -501,11 +478,11 @@ def _vex(r: _Reader, p: dict) -> tuple[Accepted, ...]:
     return tuple(out)
 
 
-def _sbom(r: _Reader, p: dict) -> int:
+def _sbom(r: Reader, p: dict) -> int:
     return len(r.get(p, "components", list, "a list", optional=True) or [])
 
 
-READERS: dict[str, Callable[[_Reader, dict], Any]] = {
+READERS: dict[str, Callable[[Reader, dict], Any]] = {
     "provenance": _provenance,
     "sbom": _sbom,
     "test-result": _test_result,
@@ -519,7 +496,7 @@ def read_statement(stmt: Any, what: str) -> Signed:
     """A verified statement's JSON (parsed, depth-bounded) as a typed record: an in-toto v1 statement
     about exactly one subject, of a known predicate type, carrying its run and signing time. Any other
     shape: RegistryDataRefused naming the field."""
-    r = _Reader(what)
+    r = Reader(what, RegistryDataRefused)
     if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
         raise RegistryDataRefused(f"{what}: not an in-toto v1 statement")
     kind = kind_of(str(r.text(stmt, "predicateType")))
@@ -534,13 +511,16 @@ def read_statement(stmt: Any, what: str) -> Signed:
         raise r.refuse("subject digest", "a sha256 digest")
     notes = r.obj(subjects[0], "annotations", optional=True)
     run, signed = notes.get(RUN_ANNOTATION), notes.get(SIGNED_ANNOTATION)
-    if not isinstance(run, str) or not run or not isinstance(signed, str):
+    if not isinstance(run, str) or not run or not isinstance(signed, str) or notes.get(STAMPED_ANNOTATION) != STAMPED_BY:
         raise RegistryDataRefused(
-            f"{r.what}: no signed run and time (made by a build.py older than signed order); sign the image again"
+            f"{r.what}: its run and signing time were not stamped by the signer (signed by an older build.py, which let "
+            "its caller choose them); sign the image again (`build.py sign`)"
         )
+    name = notes.get(RUN_NAME_ANNOTATION)
     try:
         signed_at = dt.datetime.strptime(signed, TIME_FORMAT).replace(tzinfo=dt.UTC)
     except ValueError:
         raise r.refuse(SIGNED_ANNOTATION, f"a time written {TIME_FORMAT}") from None
     predicate = r.obj(stmt, "predicate")
-    return Signed(kind, f"sha256:{digests['sha256']}", run, signed_at, READERS[kind](r, predicate))
+    run_name = name if isinstance(name, str) else None
+    return Signed(kind, f"sha256:{digests['sha256']}", run, signed_at, READERS[kind](r, predicate), run_name)

@@ -43,6 +43,7 @@ from pipeline.statements import (
 )
 
 VALIDATION_LABEL = f"{PREFIX}validation"
+SKEW = dt.timedelta(minutes=5)  # how far ahead of this host's clock a signing time may be
 DEFAULT_MAX_AGE = STALE_AFTER_DAYS  # days: a proof older than this is refused, as advisory data this old is stale
 
 
@@ -114,7 +115,9 @@ def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> Ru
     in_run = [s for s in signed if s.run == run]
     if len({s.kind for s in in_run}) != len(in_run):
         raise NotVerified(f"{label}: run {run} signed one kind twice; sign the image again")
-    return RunSet(run, max(newest[k].signed_at for k in kinds), {k: newest[k] for k in kinds})
+    if len({s.signed_at for s in in_run}) != 1:  # the signer stamps one time per run
+        raise NotVerified(f"{label}: run {run}'s statements carry different signing times: not one signing; sign the image again")
+    return RunSet(run, in_run[0].signed_at, {k: newest[k] for k in kinds})
 
 
 def signed_statements(
@@ -139,8 +142,15 @@ def signed_statements(
     return deciding_run(signed, kinds, label)
 
 
-def judge_result(test: TestResult, require_gpu: bool, label: str) -> None:
-    """PASSED; WARNED only for GPU checks that did not run, and not with --require-gpu."""
+def judge_result(test: TestResult, require_gpu: bool, label: str, index: bool = False) -> None:
+    """PASSED with tests listed; WARNED only for GPU checks that did not run. With --require-gpu, every GPU
+    check is listed as passed (an index's children are judged one by one)."""
+    if test.result == "PASSED" and not test.passed:
+        raise NotVerified(f"{label}: the signed test result is PASSED but lists no passed test: not a proof")
+    if test.result == "PASSED" and require_gpu and not index:
+        missing = [t for t in GPU_TESTS if t not in test.passed]
+        if missing:
+            raise NotVerified(f"{label}: --require-gpu: the signed test result lists {', '.join(missing)} as not passed")
     if test.result == "PASSED":
         return
     if test.result == "WARNED":
@@ -156,6 +166,13 @@ def judge_result(test: TestResult, require_gpu: bool, label: str) -> None:
 
 
 def judge_age(runset: RunSet, policy: Policy, label: str) -> None:
+    """Signed within --max-age days, and not in the future (beyond a clock skew of SKEW)."""
+    if runset.signed_at > policy.now + SKEW:
+        ahead = runset.signed_at - policy.now
+        raise NotVerified(
+            f"{label}: signed {runset.signed_at:%Y-%m-%d %H:%M:%S} UTC, {ahead.days} days {ahead.seconds // 60} min ahead "
+            f"of this host's clock (allowed skew {SKEW.seconds // 60} min): the signer's clock was wrong; sign it again"
+        )
     age = policy.now - runset.signed_at
     if age > dt.timedelta(days=policy.max_age_days):
         raise NotVerified(
@@ -187,10 +204,7 @@ def check_image(
 ) -> dict:
     """One image's statements judged; `asked`: the reference the user gave, when it names this image itself
     (an index's children are reached through the index, whose provenance answers for the tag)."""
-    config = registry.as_dict(body, f"{label}: the image manifest").get("config")
-    config = config.get("digest") if isinstance(config, dict) else None
-    if not isinstance(config, str) or not registry.DIGEST.fullmatch(config):
-        raise RegistryDataRefused(f"{label}: the image manifest names no config digest")
+    config = registry.config_digest(body, label)
 
     def forged_labels() -> str:
         """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
@@ -245,7 +259,7 @@ def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout
     if media in registry.INDEXES:
         label = f"{ref} (index)"
         runset = signed_statements(client, digest, key, INDEX_KINDS, label)
-        judge_result(runset["test-result"], policy.require_gpu, label)
+        judge_result(runset["test-result"], policy.require_gpu, label, index=True)
         judge_age(runset, policy, label)
         judge_line(runset["provenance"], ref, policy, label)
         record["index"] = summary(digest, runset)
@@ -277,6 +291,7 @@ def summary(digest: str, runset: RunSet) -> dict:
     out: dict = {
         "digest": digest,
         "run": runset.run,
+        "run_name": runset.by_kind["test-result"].run_name if "test-result" in runset.by_kind else None,
         "signed_at": f"{runset.signed_at:%Y-%m-%dT%H:%M:%SZ}",
         "statements": sorted(runset.by_kind),
         "test_result": dataclasses.asdict(test),
@@ -317,7 +332,8 @@ def _image_lines(image: dict) -> list[str]:
         f"    proof       {result}",
         f"    where       {test.validated_on}; host CPU {(bench.host_cpu if bench else None) or 'unknown'}{gpu}",
         f"    image       {test.image_id} (the image the proof ran in)",
-        f"    built       {prov.started} to {prov.finished}; signed {image['signed_at']} (run {image['run']})",
+        f"    built       {prov.started} to {prov.finished}; signed {image['signed_at']} (run {image['run']}"
+        + (f", {image['run_name']})" if image.get("run_name") else ")"),
         f"    from        line {prov.line}, revision {prov.revision}: {' '.join(prov.command)}",
         f"    tags        {', '.join(prov.tags)}",
         f"    statements  {', '.join(image['statements'])}; SBOM of {image.get('sbom_components', '?')} components",

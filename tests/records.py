@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common.rules import CHECK_NEEDS_GPU
 
-def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> dict:
+
+def validation(gpu: bool = False, ok: bool = True, emulated: bool = False, line: str = "2.9-cu128") -> dict:
     """A validation record shaped like Validation.as_dict() of a CPU-only or a GPU proof."""
     gpu_status = "pass" if gpu else "skip"
     return {
@@ -15,11 +17,10 @@ def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> di
         "emulated": emulated,
         "validated_on": "linux/amd64: validated on a GPU" if gpu else "linux/amd64: validated on the CPU only; not run on a GPU",
         "smoke": {
-            "checks": [
-                {"name": "versions", "status": "pass", "detail": "torch 2.9.0"},
-                {"name": "driver", "status": gpu_status, "detail": "no driver"},
-                {"name": "gpu", "status": gpu_status, "detail": "no GPU visible"},
-                {"name": "compile", "status": "pass" if ok else "fail", "detail": ""},
+            "checks": [  # every check a proof lists (common.rules.CHECK_NEEDS_GPU), in its order
+                {"name": name, "status": ("pass" if ok else "fail") if name == "compile" else gpu_status if needs_gpu else "pass"}
+                | {"detail": "no GPU visible" if needs_gpu and not gpu else ""}
+                for name, needs_gpu in CHECK_NEEDS_GPU.items()
             ],
             "facts": {"cuda": "12.8"},
         },
@@ -30,6 +31,7 @@ def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> di
             "sps_end_to_end": 736.0,
         },
         "proof": {
+            "variant": line,
             "where": {"cpu": "Test CPU", "gpu_names": ["NVIDIA H200"] if gpu else [], "driver": "580.1" if gpu else None},
             "ppo_gate": {"env_id": "CartPole-v1", "target_return": 475.0, "total_timesteps": 2000000},
         },
@@ -52,18 +54,22 @@ def validation(gpu: bool = False, ok: bool = True, emulated: bool = False) -> di
     }
 
 
-def publish_options(**settings):
-    """What `build.py --push` passes the publish path, for tests that push without a build run."""
-    from pipeline.publish import PublishOptions, RunFacts
+def build_request(**settings):
+    """What `build.py --push` passes the publish path, and the run's facts, for tests that push without a build run."""
+    from pipeline.request import Request
+    from pipeline.run_facts import RunFacts
+    from pipeline.variants import load_matrix, resolve
 
+    matrix = load_matrix()
     facts = RunFacts(command=["pytest"], commit="test", started="2026-01-01T00:00:00Z", invocation="test-run", tools={})
-    return PublishOptions(facts=facts, base_images={}, **settings)
+    return Request(matrix=matrix, variant=resolve(matrix, None), push=True, **settings), facts
 
 
-def proof_record(gpu: bool = True, ok: bool = True) -> dict:
+def proof_record(gpu: bool = True, ok: bool = True, line: str = "2.9-cu128") -> dict:
     """A proof.json as `proof --out` writes it (smoke/proof.py's record), on a GPU host or the CPU."""
-    record = validation(gpu=gpu, ok=ok)
+    record = validation(gpu=gpu, ok=ok, line=line)
     return {
+        "variant": line,
         "ok": ok,
         "gpu": gpu,
         "verdict": "proven" if ok else "FAILED: compile",
@@ -89,7 +95,13 @@ def run_folder(
     """A build's report folder as `build.py --push` leaves it (report.json, validation.json, facts.json and
     the SBOM): what publish.image_statements and `build.py sign` read. Returns report.json's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    record = {**(record or validation()), "platform": platform, "sbom": {"file": "sbom.cdx.json"}}
+    validated_id = "sha256:" + "f" * 64  # the image validation ran in; the stamped child is `image_id`
+    record = {
+        **(record or validation(line=line)),
+        "platform": platform,
+        "sbom": {"file": "sbom.cdx.json"},
+        "ran_in": validated_id,
+    }
     (folder / "validation.json").write_text(json.dumps(record))
     (folder / "sbom.cdx.json").write_text(
         json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "tiny"}]})
@@ -110,6 +122,22 @@ def run_folder(
         "stamped_image_id": image_id,
     }
     (folder / "facts.json").write_text(json.dumps(facts))
-    report = {"status": "pushed", "variant": line, "pushed": {f"{ref}:{tags[0]}": digest}, "validation": record}
+    report = {
+        "status": "pushed",
+        "variant": line,
+        "pushed": {f"{ref}:{tags[0]}": digest},
+        "validated_image_id": validated_id,
+        "stamped_image_id": image_id,
+        "validation": record,
+    }
     (folder / "report.json").write_text(json.dumps(report))
     return folder / "report.json"
+
+
+def proof_folder(folder: Path, image_id: str, **proof) -> Path:
+    """A later proof as scripts/prove.sh leaves it: proof.json (proof_record's keywords) and ran.json naming
+    the image it ran in. Returns proof.json's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "proof.json").write_text(json.dumps(proof_record(**proof)))
+    (folder / "ran.json").write_text(json.dumps({"image_id": image_id, "ref": "test"}))
+    return folder / "proof.json"

@@ -65,6 +65,7 @@ class Findings:
     sbom: dict = field(default_factory=dict)
     audit: dict = field(default_factory=dict)
     proof: dict = field(default_factory=dict)
+    ran_in: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Validation:
     stages: tuple[tuple[str, str], ...]  # (stage, "pass" | "fail" | "not run")
     platform: str = AMD64
     emulated: bool = False  # validated under emulation: nothing ran on the platform's own hardware
+    ran_in: str = ""  # the image ID the proof's container ran, as Docker reported it
 
     @property
     def validated_on(self) -> str:
@@ -116,6 +118,7 @@ class Validation:
             "platform": self.platform,
             "emulated": self.emulated,
             "validated_on": self.validated_on,
+            "ran_in": self.ran_in,
             "seconds": round(self.seconds, 1),
             "failures": list(self.failures),
             "stages": [{"name": name, "status": status} for name, status in self.stages],
@@ -274,6 +277,7 @@ def proof(req: Request, found: Findings) -> list[str]:
         found.proof = json.loads(done.files["proof.json"])
     except (KeyError, ValueError):
         found.proof = {}
+    found.ran_in = done.image_id  # what Docker says the container ran: the proof cannot say it of itself
     if done.exit_code == 0 and found.proof.get("ok"):
         return []
     return list(found.proof.get("failures") or []) or [f"proof failed (exit {done.exit_code}, no proof.json)"]
@@ -320,6 +324,7 @@ def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES)
         stages=tuple(statuses),
         platform=req.platform,
         emulated=req.emulated,
+        ran_in=found.ran_in,
     )
 
 

@@ -25,7 +25,7 @@ from pipeline.attest import KeySource
 from pipeline.docker_env import docker_client
 from pipeline.errors import DockerUnavailable
 from pipeline.line import RunResult, run
-from pipeline.request import BuildConfig
+from pipeline.request import Request
 from pipeline.variants import load_matrix, resolve
 from tests.conftest import docker_required
 
@@ -160,7 +160,7 @@ def pipeline_run(docker, matrix, variant, tmp_path_factory, sign_keys, run_log) 
     """Build, validate, push and sign the default variant through the real pipeline."""
     if os.environ.get("PROVEN_TORCH_TEST_IMAGE"):
         return None
-    config = BuildConfig(
+    config = Request(
         matrix=matrix,
         variant=variant,
         push=True,

@@ -517,7 +517,7 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     from pipeline.publish import publish
     from pipeline.target import Tagged
     from pipeline.validation.gate import Validation
-    from tests.records import publish_options
+    from tests.records import build_request
 
     v = report["validation"]
     validation = Validation(
@@ -539,7 +539,7 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=tags, validation=validation)
     push.tag_image(docker, run_result.stamped_id, ref, tags)
     try:
-        pushed = publish(docker, tagged, _target(variant, tmp_path, ref), publish_options(hold_moving_tags=True))
+        pushed = publish(docker, tagged, _target(variant, tmp_path, ref), *build_request(hold_moving_tags=True))
         assert list(pushed.refs) == [f"{ref}:{tags[0]}"] and pushed.held_tags == tuple(tags[1:])
         assert registry_manifest(f"{ref}:{tags[0]}").json()["config"]["digest"] == run_result.stamped_id
         for tag in tags[1:]:

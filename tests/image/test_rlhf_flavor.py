@@ -18,7 +18,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.line import run
 from pipeline.publish import UNSIGNED
 from pipeline.render import render_spec
-from pipeline.request import BuildConfig
+from pipeline.request import Request
 from pipeline.stamp import validate_and_tag
 from pipeline.target import Target
 from pipeline.validation import audit
@@ -41,7 +41,7 @@ def rlhf_run(docker, matrix, rlhf, pipeline_run, tmp_path_factory):
     """The flavor built, validated and pushed after the base (pipeline_run) reached the same repository."""
     if pipeline_run is None:
         pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
-    config = BuildConfig(
+    config = Request(
         matrix=matrix,
         variant=rlhf,
         push=True,

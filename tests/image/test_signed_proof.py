@@ -15,7 +15,6 @@ are in tests/unit/test_verify_registry.py, against a crafted server.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import json
 import os
@@ -26,12 +25,16 @@ from threading import Thread
 
 import pytest
 
-from pipeline import attest, index_push, publish, push, referrers, registry, statements
+from pipeline import attest, index_push, push, referrers, registry, statements
+from pipeline.image_statements import image_statements, index_statements
+from pipeline.records import Facts
+from pipeline.signing import SignRequest, sign_command, sign_digest
 from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
-from tests.records import proof_record, run_folder, validation
+from tests.records import proof_folder, run_folder, validation
+from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.image
 
@@ -156,13 +159,14 @@ def key_of(sign_keys) -> attest.KeySource:
 
 
 def sign(sign_keys, tmp_path, ref: str, digest: str, image_id: str, platform: str = AMD64, **folder) -> dict:
-    """Sign a tiny image as a push does: statements from its report folder, signed, attached."""
+    """Sign a tiny image as a push does: statements from its report folder, signed, attached; `clock`: the
+    signer's clock that far off (tests/signer_clock.py)."""
     run_dir = tmp_path / f"run-{digest[7:19]}-{len(list(tmp_path.iterdir()))}"
     tags = folder.pop("tags", (ref.rsplit(":", 1)[1],))
-    signed_at = folder.pop("signed_at", None)
+    clock = folder.pop("clock", "+0")
     run_folder(run_dir, ref=REF, digest=digest, image_id=image_id, platform=platform, tags=tags, **folder)
-    subject = Subject(REF, digest, run=publish.new_run_id(statements.now()), **({"signed_at": signed_at} if signed_at else {}))
-    return publish.sign_digest(key_of(sign_keys), REF, digest, publish.image_statements(run_dir, subject))
+    with signer_clock(clock):
+        return sign_digest(key_of(sign_keys), client(), digest, image_statements(run_dir, Subject(REF, digest)))
 
 
 def client() -> registry.Registry:
@@ -276,8 +280,7 @@ def test_a_proven_image_of_one_line_under_another_lines_tag_is_caught(docker, si
 
 def test_a_proof_older_than_max_age_is_refused(sign_keys, tiny, tmp_path):
     image_id, digest, ref = tiny("old-proof")
-    long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=100)).strftime(statements.TIME_FORMAT)
-    sign(sign_keys, tmp_path, ref, digest, image_id, signed_at=long_ago)
+    sign(sign_keys, tmp_path, ref, digest, image_id, clock="-100d")
     refused(verify_cli(ref, "--key", str(sign_keys["public"])), 1, "proven 100 days ago", "past --max-age 90")
     assert verify_cli(ref, "--key", str(sign_keys["public"]), "--max-age", "365").returncode == 0
 
@@ -290,9 +293,9 @@ def test_every_child_of_a_multi_arch_index_is_verified(sign_keys, tiny, tmp_path
         children.append(index_push.Child(platform, REF, ref.rsplit(":", 1)[1], digest, image_id))
     index = index_push.push_index(REF, f"line-{RUN}", children)
     about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
-    facts = json.loads(next(tmp_path.glob("run-*")).joinpath("facts.json").read_text())
-    stmts = publish.index_statements(Subject(REF, index, run="index-run"), facts, [f"line-{RUN}"], about)
-    publish.sign_digest(key_of(sign_keys), REF, index, stmts)
+    facts = Facts.load(next(tmp_path.glob("run-*")).joinpath("facts.json"))
+    stmts = index_statements(Subject(REF, index), facts, [f"line-{RUN}"], about)
+    sign_digest(key_of(sign_keys), client(), index, stmts)
     done = verify_cli(f"{REF}:line-{RUN}", "--key", str(sign_keys["public"]))
     assert done.returncode == 0, done.stderr
     assert "linux/amd64" in done.stdout and "linux/arm64" in done.stdout and "2 image(s)" in done.stdout
@@ -304,10 +307,11 @@ def test_every_child_of_a_multi_arch_index_is_verified(sign_keys, tiny, tmp_path
 
 
 def release_build(tiny, tmp_path, name: str):
-    """What the release's build job leaves: the digest pushed under its immutable tag only, unsigned, and its report."""
+    """What the release's build job leaves: the digest pushed under its immutable tag only, unsigned, its report,
+    and the image ID a later proof of it runs in (the digest's config)."""
     image_id, digest, ref = tiny(name)
     report = run_folder(tmp_path / name, ref=REF, digest=digest, image_id=image_id, tags=(ref.rsplit(":", 1)[1],))
-    return digest, ref, report
+    return digest, ref, report, image_id
 
 
 def signer_env(sign_keys) -> dict:
@@ -321,9 +325,8 @@ def signer_env(sign_keys) -> dict:
 def test_a_failed_gpu_proof_leaves_no_signed_result_and_no_tag(sign_keys, tiny, tmp_path):
     """The GPU proof failed: `build.py sign` refuses it (nothing signed), `build.py withdraw` removes the digest
     with its immutable tag, and verify fails: the release's failure path, as release.yml runs it."""
-    digest, ref, report = release_build(tiny, tmp_path, "gpu-failed")
-    failed = tmp_path / "proof-failed.json"
-    failed.write_text(json.dumps(proof_record(gpu=True, ok=False)))
+    digest, ref, report, image_id = release_build(tiny, tmp_path, "gpu-failed")
+    failed = proof_folder(tmp_path / "proof-failed", image_id, gpu=True, ok=False)
     refused(
         cli(
             "sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(failed), "--require-gpu", env=signer_env(sign_keys)
@@ -345,32 +348,121 @@ def test_a_failed_gpu_proof_leaves_no_signed_result_and_no_tag(sign_keys, tiny, 
 
 
 def test_a_passed_gpu_proof_is_signed_and_verifies_with_require_gpu(sign_keys, tiny, tmp_path):
-    digest, ref, report = release_build(tiny, tmp_path, "gpu-passed")
-    cpu_only = tmp_path / "proof-cpu.json"
-    cpu_only.write_text(json.dumps(proof_record(gpu=False)))
+    digest, ref, report, image_id = release_build(tiny, tmp_path, "gpu-passed")
+    cpu_only = proof_folder(tmp_path / "proof-cpu", image_id, gpu=False)
     env = signer_env(sign_keys)
     refused(
         cli("sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(cpu_only), "--require-gpu", env=env), 5, "CPU only"
     )
-    passed = tmp_path / "proof-gpu.json"
-    passed.write_text(json.dumps(proof_record(gpu=True)))
-    done = cli(
-        "sign",
-        f"{REF}@{digest}",
-        "--report",
-        str(report),
-        "--proof",
-        str(passed),
-        "--require-gpu",
-        "--run-id",
-        f"release-{RUN}",
-        env=env,
-    )
+    passed = proof_folder(tmp_path / "proof-gpu", image_id, gpu=True)
+    name = f"https://ci.example/runs/{RUN}"
+    sign_args = ("sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(passed), "--require-gpu")
+    done = cli(*sign_args, "--run-name", name, env=env)
     assert done.returncode == 0, done.stderr
     verified = verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu")
     assert verified.returncode == 0, verified.stderr
-    assert "PASSED on the GPU" in verified.stdout and f"run release-{RUN}" in verified.stdout
+    run = json.loads(verify_cli(ref, "--key", str(sign_keys["public"]), "--json").stdout)["images"][0]["run"]
+    assert "PASSED on the GPU" in verified.stdout and f"run {run}, {name})" in verified.stdout and len(run) == 32
     assert "built       2026-12-06T00:00:00Z to 2026-12-06T00:05:00Z;" in verified.stdout  # the build's times, not the signing's
+
+
+# --------------------------------------------------------------------------- only what ran is signed (issue 43)
+
+
+def sign_cli(sign_keys, digest: str, report, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return cli("sign", f"{REF}@{digest}", "--report", str(report), *extra, env={**signer_env(sign_keys), **(env or {})})
+
+
+def write_forged(folder, image_id: str | None, record: dict):
+    """A proof.json the attacker wrote whole, with a ran.json naming `image_id` (None: none)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "proof.json").write_text(json.dumps(record))
+    if image_id is not None:
+        (folder / "ran.json").write_text(json.dumps({"image_id": image_id}))
+    return folder / "proof.json"
+
+
+def test_a_forged_one_line_proof_is_never_signed_and_the_real_one_still_is(sign_keys, tiny, tmp_path):
+    """The one-line proof that verified with --require-gpu before: refused without the record of where it
+    ran, as another line's proof, and as a proof that lists no check; with and without --require-gpu."""
+    digest, ref, report, image_id = release_build(tiny, tmp_path, "forged")
+    one_line = {"ok": True, "gpu": True, "variant": "2.5-cu121"}
+    for gpu in ((), ("--require-gpu",)):
+        bare = write_forged(tmp_path / "bare", None, one_line)
+        refused(sign_cli(sign_keys, digest, report, "--proof", str(bare), *gpu), 2, "ran.json", "cannot read")
+        other_line = write_forged(tmp_path / "other-line", image_id, one_line)
+        refused(
+            sign_cli(sign_keys, digest, report, "--proof", str(other_line), *gpu),
+            1,
+            "a proof of line 2.5-cu121, not of 2.9-cu128",
+        )
+        no_checks = write_forged(tmp_path / "no-checks", image_id, {**one_line, "variant": "2.9-cu128"})
+        refused(sign_cli(sign_keys, digest, report, "--proof", str(no_checks), *gpu), 1, "lists no result for versions, driver")
+    assert listed(digest) == []  # nothing signed, nothing attached
+    proof = proof_folder(tmp_path / "real", image_id, gpu=True)
+    done = sign_cli(sign_keys, digest, report, "--proof", str(proof), "--require-gpu")
+    assert done.returncode == 0, done.stderr
+    assert verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu").returncode == 0
+
+
+def test_a_proof_that_ran_in_another_image_is_refused(sign_keys, tiny, tmp_path):
+    digest, _, report, _ = release_build(tiny, tmp_path, "ran-elsewhere")
+    other_id, _, _ = tiny("the-other-image")
+    proof = proof_folder(tmp_path / "proof", other_id, gpu=True)
+    refused(
+        sign_cli(sign_keys, digest, report, "--proof", str(proof)), 1, f"ran in image {other_id[:19]}", "a proof of another image"
+    )
+    assert listed(digest) == []
+
+
+def test_an_edited_report_naming_another_images_digest_is_refused(sign_keys, tiny, tmp_path):
+    """A report whose `pushed` map was edited to name a plain image pushed to the same repository: its config
+    in the registry is not the report's stamped image, so nothing is signed (and no predicates are written)."""
+    _, _, report, _ = release_build(tiny, tmp_path, "edited")
+    _, foreign, _ = tiny("plain-debian")
+    data = json.loads(report.read_text())
+    data["pushed"][f"{REF}:plain"] = foreign
+    report.write_text(json.dumps(data))
+    out = tmp_path / "predicates"
+    refused(sign_cli(sign_keys, foreign, report, "--predicates", str(out)), 1, "an edited or foreign report")
+    assert listed(foreign) == [] and not out.exists()
+
+
+def test_the_build_own_proof_signs_and_writes_cosigns_predicates_of_the_same_statements(sign_keys, tiny, tmp_path):
+    """Without --proof, the build's own validation (ran_in: the validated image) is what is signed; --predicates
+    writes the predicates cosign attests, the same statements; without a key only those."""
+    digest, ref, report, _ = release_build(tiny, tmp_path, "own-proof")
+    only = tmp_path / "only-predicates"
+    done = cli("sign", f"{REF}@{digest}", "--report", str(report), "--predicates", str(only))
+    assert done.returncode == 0, done.stderr
+    assert listed(digest) == [] and (only / "predicates.tsv").is_file()  # nothing signed without a key
+    out = tmp_path / "predicates"
+    done = sign_cli(sign_keys, digest, report, "--predicates", str(out))
+    assert done.returncode == 0, done.stderr
+    listed_kinds = dict(line.split("\t") for line in (out / "predicates.tsv").read_text().splitlines())
+    assert listed_kinds == {uri: f"{kind}.json" for kind, uri in statements.PREDICATES.items()}
+    signed = {s["predicateType"]: s["predicate"] for s in opened(digest, REF, sign_keys["public"])}
+    assert json.loads((out / "test-result.json").read_text()) == signed[statements.PREDICATES["test-result"]]
+    assert json.loads((out / "subject.json").read_text())["digest"] == digest
+    done = verify_cli(ref, "--key", str(sign_keys["public"]))
+    assert done.returncode == 0 and "WARNED: on the CPU only" in done.stdout, done.stderr
+
+
+def test_the_signer_chooses_the_run_and_time_a_wrong_clock_is_caught(sign_keys, tiny, tmp_path):
+    """Two signings with one --run-name are two runs (the id is the signer's); --run-id is gone; a signer whose
+    clock is ten years ahead signs, and verify refuses that run instead of letting it win over every other."""
+    digest, ref, report, _ = release_build(tiny, tmp_path, "clock")
+    refused(sign_cli(sign_keys, digest, report, "--run-id", "release"), 2, "--run-id")
+    runs = set()
+    for _ in range(2):
+        done = sign_cli(sign_keys, digest, report, "--run-name", "release")
+        assert done.returncode == 0, done.stderr
+        runs.add(json.loads(verify_cli(ref, "--key", str(sign_keys["public"]), "--json").stdout)["images"][0]["run"])
+    assert len(runs) == 2
+    request = SignRequest(registry.parse_ref(f"{REF}@{digest}"), report, key_of(sign_keys))
+    with signer_clock("+3650d"):  # the signer process's clock only (build.py's own waits misbehave under libfaketime)
+        sign_command(request)
+    refused(verify_cli(ref, "--key", str(sign_keys["public"]), "--max-age", "1"), 1, "ahead of this host's clock")
 
 
 # --------------------------------------------------------------------------- TLS for every push path

@@ -20,7 +20,7 @@ from pipeline.errors import PushFailed
 from pipeline.publish import publish
 from pipeline.target import Tagged, Target
 from tests.image.conftest import REGISTRY, registry_manifest
-from tests.records import publish_options
+from tests.records import build_request
 
 pytestmark = pytest.mark.image
 
@@ -95,7 +95,7 @@ def test_a_refused_zstd_push_moves_no_tag(docker, matrix, readonly_registry, tmp
     tagged = Tagged(validated_id=image, stamped_id=image, tags=tags, validation=None)  # the report then says "no validation"
     try:
         with pytest.raises(PushFailed) as err:
-            publish(docker, tagged, target, publish_options(compression="zstd"))
+            publish(docker, tagged, target, *build_request(compression="zstd"))
         assert "\n" not in str(err.value) and "t-immutable" in str(err.value)
     finally:
         for tag in tags:

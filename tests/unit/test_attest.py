@@ -24,7 +24,12 @@ from tests.records import validation
 pytestmark = pytest.mark.unit
 
 DIGEST = "sha256:" + "a" * 64
-SUBJECT = Subject("localhost:5000/proven-torch", DIGEST, run="run-1", signed_at="2026-12-06T10:00:00Z")
+SUBJECT = Subject("localhost:5000/proven-torch", DIGEST)
+
+
+def stamped(kind: str, predicate: dict, run: str = "run-1", when: str = "2026-12-06T10:00:00Z") -> dict:
+    """A statement as the signer stamps it before signing (statements.stamp_run)."""
+    return statements.stamp_run(statements.statement(kind, SUBJECT, predicate), run, when, None)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def encrypted(tmp_path_factory):
 
 
 def signed(key: attest.KeySource, stmt: dict) -> dict:
-    _, (envelope,) = attest.sign(key, [stmt])
+    (envelope,) = attest.sign(key, [stmt]).envelopes
     return json.loads(envelope)
 
 
@@ -166,9 +171,8 @@ def test_the_signer_process_imports_nothing_of_the_builds_venv(keypair):
     assert "envelopes" in json.loads(done.stdout), done.stdout
     modules = done.stderr.splitlines()
     ours = {m for m in modules if m.split(".")[0] in ("pipeline", "common")}
-    assert ours == {"pipeline", "pipeline.errors", "pipeline.statements", "common", "common.rules"}, (
-        ours
-    )  # attest runs as __main__
+    own = {"pipeline", "pipeline.errors", "pipeline.statements", "pipeline.records", "common", "common.rules", "common.cli"}
+    assert ours == own, ours
     assert "securesystemslib" in modules and not {m.split(".")[0] for m in modules} & {"requests", "docker", "urllib3", "yaml"}
 
 
@@ -178,7 +182,8 @@ def test_the_signer_process_imports_nothing_of_the_builds_venv(keypair):
 def test_a_signed_statement_opens_with_its_public_key(keypair):
     source, public, _ = keypair
     stmt = statements.statement("benchmark", SUBJECT, {"x": 1})
-    assert json.loads(attest.open_envelope(signed(source, stmt), public, "test")) == stmt
+    opened = json.loads(attest.open_envelope(signed(source, stmt), public, "test"))
+    assert opened["predicate"] == stmt["predicate"] and opened["subject"][0]["digest"] == stmt["subject"][0]["digest"]
 
 
 def test_one_changed_byte_of_the_payload_fails_the_signature(keypair):
@@ -209,7 +214,7 @@ def test_an_envelope_of_another_payload_type_or_shape_is_refused(keypair):
 def test_a_cpu_only_proof_is_warned_naming_the_gpu_checks_that_did_not_run():
     outcome = statements.test_outcome(validation(gpu=False))
     assert outcome["result"] == "WARNED"
-    assert set(outcome["warned"]) == {"smoke/driver", "smoke/gpu", "ppo-gate/cuda"} and set(outcome["warned"]) <= set(GPU_TESTS)
+    assert set(outcome["warned"]) == set(GPU_TESTS)  # every GPU check, and the gate on a GPU
     assert "ppo-gate/cpu" in outcome["passed"] and "smoke/gpu" not in outcome["passed"]
     assert outcome["reasons"]["smoke/gpu"] == "no GPU visible"
 
@@ -252,16 +257,35 @@ def test_each_accepted_advisory_is_a_vex_statement_with_its_reason_and_expiry():
     assert vulns["scanner"]["db"]["lastUpdate"] == "2026-07-23" and vulns["scanner"]["result"][0]["id"] == "PYSEC-2025-1"
 
 
-def test_the_subject_carries_the_run_and_the_signing_time_inside_the_statement():
-    (subject,) = statements.statement("sbom", SUBJECT, {})["subject"]
-    assert subject["annotations"] == {statements.RUN_ANNOTATION: "run-1", statements.SIGNED_ANNOTATION: "2026-12-06T10:00:00Z"}
+def test_the_signer_stamps_its_own_run_and_clock_whatever_the_caller_wrote(keypair):
+    """The caller cannot choose the run or the time: the signer replaces both, one run per signing."""
+    source, public, _ = keypair
+    forged = statements.stamp_run(statements.statement("sbom", SUBJECT, {}), "chosen-run", "2036-01-01T00:00:00Z", None)
+    first, second = attest.sign(source, [forged, forged], run_name="https://ci.example/runs/7"), attest.sign(source, [forged])
+    assert first.run != second.run and len(first.run) == 32 and first.run != "chosen-run"
+    assert abs(
+        dt.datetime.strptime(first.signed_at, statements.TIME_FORMAT).replace(tzinfo=dt.UTC) - dt.datetime.now(dt.UTC)
+    ) < dt.timedelta(minutes=1)
+    for envelope in first.envelopes:
+        got = read_statement(json.loads(attest.open_envelope(json.loads(envelope), public, "t")), "t")
+        assert (got.run, f"{got.signed_at:%Y-%m-%dT%H:%M:%SZ}", got.run_name) == (
+            first.run,
+            first.signed_at,
+            "https://ci.example/runs/7",
+        )
+
+
+def test_a_run_name_that_is_not_a_short_printable_label_is_refused(keypair):
+    for name in ("x" * 301, "line\nbreak"):
+        with pytest.raises(UsageError, match="--run-name"):
+            attest.sign(keypair[0], [statements.statement("sbom", SUBJECT, {})], run_name=name)
 
 
 # --------------------------------------------------------------------------- reading statements back, typed
 
 
 def test_a_statement_reads_back_into_its_typed_record():
-    stmt = statements.statement("test-result", SUBJECT, statements.test_result_predicate(validation(gpu=True), "sha256:i", []))
+    stmt = stamped("test-result", statements.test_result_predicate(validation(gpu=True), "sha256:i", []))
     got = read_statement(stmt, "x")
     assert (got.kind, got.digest, got.run) == ("test-result", DIGEST, "run-1")
     assert got.signed_at == dt.datetime(2026, 12, 6, 10, tzinfo=dt.UTC)
@@ -274,16 +298,17 @@ def test_a_statement_reads_back_into_its_typed_record():
         (lambda s: s.pop("_type"), "not an in-toto v1 statement"),
         (lambda s: s.update(predicateType="https://example.com/x"), "none this tool signs"),
         (lambda s: s.update(subject=[]), "not about exactly one subject"),
-        (lambda s: s["subject"][0].pop("annotations"), "no signed run and time"),
+        (lambda s: s["subject"][0].pop("annotations"), "not stamped by the signer"),
+        (lambda s: s["subject"][0]["annotations"].pop(statements.STAMPED_ANNOTATION), "sign the image again"),
         (lambda s: s["subject"][0]["annotations"].update({statements.SIGNED_ANNOTATION: "yesterday"}), "signed-at is not a time"),
         (lambda s: s["predicate"].update(result="MAYBE"), "result is not one of PASSED, WARNED, FAILED"),
         (lambda s: s["predicate"].update(warnedTests="smoke/gpu"), "warnedTests is not a list"),
         (lambda s: s["predicate"].update(warnedTests=[1]), "warnedTests is not a list of strings"),
     ],
-    ids=["type", "predicate-type", "subjects", "no-run", "bad-time", "result", "warned-string", "warned-ints"],
+    ids=["type", "predicate-type", "subjects", "no-run", "old-signer", "bad-time", "result", "warned-string", "warned-ints"],
 )
 def test_a_statement_of_the_wrong_shape_is_registry_data_refused(change, said):
-    stmt = statements.statement("test-result", SUBJECT, statements.test_result_predicate(validation(), "sha256:i", []))
+    stmt = stamped("test-result", statements.test_result_predicate(validation(), "sha256:i", []))
     change(stmt)
     with pytest.raises(RegistryDataRefused, match=said):
         read_statement(stmt, "x")
@@ -294,7 +319,7 @@ def test_a_provenance_names_its_line_and_tags():
         builder_id="b", revision="r", command=["build.py"], line="2.9-cu128", platform="linux/amd64", tags=["2.9-cu128", "latest"],
         dependencies=[], tools={}, invocation="i", started="s", finished="f",
     )  # fmt: skip
-    record = read_statement(statements.statement("provenance", SUBJECT, predicate), "x").record
+    record = read_statement(stamped("provenance", predicate), "x").record
     assert record.line == "2.9-cu128" and record.tags == ("2.9-cu128", "latest")
 
 
@@ -302,7 +327,6 @@ def test_a_provenance_names_its_line_and_tags():
 
 
 def stmt_at(kind: str, run: str, when: str) -> statements.Signed:
-    subject = dataclasses.replace(SUBJECT, run=run, signed_at=when)
     predicates = {
         "test-result": statements.test_result_predicate(validation(), "sha256:i", []),
         "provenance": statements.provenance_predicate(
@@ -319,7 +343,7 @@ def stmt_at(kind: str, run: str, when: str) -> statements.Signed:
             finished=when,
         ),  # fmt: skip
     }
-    return read_statement(statements.statement(kind, subject, predicates[kind]), "x")
+    return read_statement(stamped(kind, predicates[kind], run, when), "x")
 
 
 def test_the_newest_signed_run_decides_whatever_order_the_registry_lists_them_in():
@@ -347,7 +371,7 @@ def test_an_incomplete_run_and_a_tie_between_runs_are_refused():
 
 def test_verify_accepts_warned_only_for_gpu_checks_and_never_with_require_gpu():
     def result(gpu: bool = False, **change) -> statements.TestResult:
-        stmt = statements.statement("test-result", SUBJECT, statements.test_result_predicate(validation(gpu=gpu), "sha256:i", []))
+        stmt = stamped("test-result", statements.test_result_predicate(validation(gpu=gpu), "sha256:i", []))
         return dataclasses.replace(read_statement(stmt, "x").record, **change)
 
     verify.judge_result(result(), require_gpu=False, label="x")
@@ -359,6 +383,30 @@ def test_verify_accepts_warned_only_for_gpu_checks_and_never_with_require_gpu():
     with pytest.raises(NotVerified, match="FAILED"):
         verify.judge_result(result(result="FAILED", failed=("smoke/compile",)), require_gpu=False, label="x")
     verify.judge_result(result(warned=("arm64/smoke/gpu", "amd64/ppo-gate/cuda")), False, "x")  # an index names them so
+    with pytest.raises(NotVerified, match="lists no passed test"):
+        verify.judge_result(result(gpu=True, passed=()), require_gpu=False, label="x")
+    with pytest.raises(
+        NotVerified, match="--require-gpu: the signed test result lists smoke/driver"
+    ):  # the forged one-line proof
+        verify.judge_result(result(gpu=True, passed=("smoke/versions",)), require_gpu=True, label="x")
+
+
+def test_a_result_that_lists_no_check_is_failed_never_passed():
+    assert statements.test_outcome({"ok": True, "gpu": True})["result"] == "FAILED"
+    assert (
+        statements.test_outcome({"ok": True, "gpu": True, "smoke": {"checks": []}, "ppo": {"device": "cuda"}})["result"]
+        == "FAILED"
+    )
+
+
+def test_a_run_signed_ahead_of_this_hosts_clock_or_at_two_times_is_refused():
+    now = dt.datetime(2026, 12, 6, 12, tzinfo=dt.UTC)
+    verify.judge_age(verify.RunSet("r", now + dt.timedelta(minutes=4), {}), verify.Policy(now=now), "x")  # within the skew
+    with pytest.raises(NotVerified, match="3650 days 0 min ahead of this host's clock"):
+        verify.judge_age(verify.RunSet("r", now + dt.timedelta(days=3650), {}), verify.Policy(now=now), "x")
+    split = [stmt_at("provenance", "A", "2026-01-01T00:00:00Z"), stmt_at("test-result", "A", "2026-01-01T00:00:01Z")]
+    with pytest.raises(NotVerified, match="different signing times"):
+        verify.deciding_run(split, ("provenance", "test-result"), "x")
 
 
 def test_a_tag_the_provenance_does_not_name_and_another_line_are_refused():

@@ -175,7 +175,7 @@ def _fake_run(seen: list, tmp_path, fail: tuple[str, ...] = ()):
         if config.variant.name in fail:
             raise ValidationFailed(f"{config.variant.name} failed its proof")
         report = tmp_path / f"{config.variant.name}.json"
-        report.write_text(json.dumps({"build_seconds": 12.5}))
+        report.write_text(json.dumps({"status": "validated", "variant": config.variant.name, "build_seconds": 12.5}))
         tags = [f"{config.repo}:{config.variant.name}"]
         return RunResult("sha256:v", "sha256:s", tags, {tags[0]: "sha256:d"} if config.push else {}, report, gpu=False)
 

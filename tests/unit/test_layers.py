@@ -22,7 +22,7 @@ OURS = ("common", *IN_IMAGE, "pipeline", "build", "scripts")
 PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
     ("foundations: errors, the matrix, host processes, what statements say", {
         "pipeline", "pipeline.errors", "pipeline.variants", "pipeline.hostprocs", "pipeline.cli_text",
-        "pipeline.docker_env", "pipeline.statements",
+        "pipeline.docker_env", "pipeline.statements", "pipeline.records",
     }),
     ("files, keys and the one registry client", {
         "pipeline.lock", "pipeline.render", "pipeline.containers", "pipeline.labels", "pipeline.tags",
@@ -35,14 +35,16 @@ PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
     }),
     ("stages", {
         "pipeline.validation.gate", "pipeline.report", "pipeline.target", "pipeline.request", "pipeline.stamp",
-        "pipeline.publish", "pipeline.verify",
+        "pipeline.publish", "pipeline.verify", "pipeline.run_facts", "pipeline.image_statements", "pipeline.signing",
+        "pipeline.withdraw",
     }),
     ("runs and commands", {"pipeline.line", "pipeline.all_lines", "pipeline.commands", "pipeline.here"}),
 ]  # fmt: skip
 # What scripts/ may import from pipeline/: the functions build.py's commands use, and the data they pass.
 PUBLIC = {
     "pipeline", "pipeline.errors", "pipeline.variants", "pipeline.statements", "pipeline.publish", "pipeline.registry",
-    "pipeline.docker_env", "pipeline.html_report", "pipeline.zstd_push", "pipeline.hostprocs",
+    "pipeline.docker_env", "pipeline.html_report", "pipeline.zstd_push", "pipeline.hostprocs", "pipeline.records",
+    "pipeline.signing",
 }  # fmt: skip
 
 

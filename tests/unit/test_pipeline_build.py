@@ -14,7 +14,7 @@ from pipeline.build_image import build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
 from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
-from pipeline.request import BuildConfig, check_request
+from pipeline.request import Request, check_request
 from pipeline.tags import compute_tags, image_ref
 from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
@@ -236,10 +236,10 @@ def test_other_failure_names_the_step(cu128, tmp_path):
 
 
 def test_push_without_gpu_needs_explicit_consent(matrix, cu128):
-    config = BuildConfig(matrix=matrix, variant=cu128, push=True)
+    config = Request(matrix=matrix, variant=cu128, push=True)
     with pytest.raises(UsageError, match="--allow-cpu-validation"):
         check_request(config, gpus=0)
-    check_request(BuildConfig(matrix=matrix, variant=cu128, push=True, allow_cpu_validation=True), gpus=0)
+    check_request(Request(matrix=matrix, variant=cu128, push=True, allow_cpu_validation=True), gpus=0)
     check_request(config, gpus=2)
 
 
@@ -357,8 +357,8 @@ def test_largest_layers_are_named_by_what_they_install():
 
 def test_holding_moving_tags_needs_a_push(matrix, cu128):
     with pytest.raises(UsageError, match="--hold-moving-tags is only used with --push"):
-        check_request(BuildConfig(matrix=matrix, variant=cu128, hold_moving_tags=True), gpus=0)
-    check_request(BuildConfig(matrix=matrix, variant=cu128, push=True, hold_moving_tags=True, allow_cpu_validation=True), gpus=0)
+        check_request(Request(matrix=matrix, variant=cu128, hold_moving_tags=True), gpus=0)
+    check_request(Request(matrix=matrix, variant=cu128, push=True, hold_moving_tags=True, allow_cpu_validation=True), gpus=0)
 
 
 def test_the_index_probe_tells_a_closed_port_from_one_that_answers():

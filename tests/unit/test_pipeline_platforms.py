@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import index_push, request
 from pipeline.errors import MatrixError, PushFailed, UsageError
-from pipeline.request import BuildConfig, check_platforms, check_request, emulation_problem, host_platform
+from pipeline.request import Request, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -59,7 +59,7 @@ def test_the_arm64_base_is_docker_librarys_per_architecture_name(matrix):
 
 
 def _config(matrix, variant, platforms, **kw):
-    return BuildConfig(matrix=matrix, variant=variant, platforms=platforms, **kw)
+    return Request(matrix=matrix, variant=variant, platforms=platforms, **kw)
 
 
 def test_a_platform_the_line_does_not_list_is_refused_naming_the_lines_that_have_it(matrix):

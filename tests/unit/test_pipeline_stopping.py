@@ -15,7 +15,7 @@ from common.procs import alive
 from pipeline import all_lines as matrix_run
 from pipeline import hostprocs
 from pipeline.errors import Interrupted, ValidationFailed
-from pipeline.request import BuildConfig
+from pipeline.request import Request
 
 pytestmark = pytest.mark.unit
 
@@ -102,8 +102,8 @@ def test_step_turns_ctrl_c_into_interrupted_and_leaves_other_errors_alone():
             raise ValueError("not ours")
 
 
-def _config(lines, tmp_path: Path) -> BuildConfig:
-    return BuildConfig(matrix=lines, variant=lines.variants[0], report_dir=tmp_path, allow_cpu_validation=True)
+def _config(lines, tmp_path: Path) -> Request:
+    return Request(matrix=lines, variant=lines.variants[0], report_dir=tmp_path, allow_cpu_validation=True)
 
 
 def test_ctrl_c_in_a_matrix_line_stops_the_matrix_naming_the_line(matrix, tmp_path, monkeypatch):

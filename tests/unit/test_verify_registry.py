@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import attest, index_push, publish, registry, statements, verify, zstd_push
+from pipeline import attest, index_push, registry, statements, verify, zstd_push
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable
+from pipeline.image_statements import image_statements
 from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from pipeline.statements import Subject
 from tests.records import run_folder, validation
+from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.unit
 
@@ -106,13 +108,15 @@ def image(server: Server, tag: str = "2.9-cu128") -> tuple[str, str]:
     return digest, config
 
 
-def envelopes(keys, tmp_path: Path, digest: str, config: str, run: str, signed_at: str, gpu: bool) -> list[tuple[str, bytes]]:
-    """One run's six statements about the image, signed by the signer: (kind, envelope)."""
-    folder = tmp_path / run
+def envelopes(keys, tmp_path: Path, digest: str, config: str, days_ago: int, gpu: bool) -> tuple[list[tuple[str, bytes]], str]:
+    """One run's six statements about the image, signed by the signer with its clock `days_ago` behind:
+    ((kind, envelope) each, the run id the signer stamped)."""
+    folder = tmp_path / f"run-{days_ago}-{gpu}"
     run_folder(folder, ref=f"h/{REPO}", digest=digest, image_id=config, record=validation(gpu=gpu))
-    stmts = publish.image_statements(folder, Subject(f"h/{REPO}", digest, run=run, signed_at=signed_at))
-    _, signed = attest.sign(keys[0], stmts)
-    return [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed, strict=True)]
+    stmts = image_statements(folder, Subject(f"h/{REPO}", digest))
+    with signer_clock(f"-{days_ago}d"):
+        signed = attest.sign(keys[0], stmts)
+    return [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed.envelopes, strict=True)], signed.run
 
 
 def artifacts(server: Server, digest: str, signed: list[tuple[str, bytes]], created: str) -> list[dict]:
@@ -149,10 +153,6 @@ def list_referrers(server: Server, digest: str, descriptors: list[dict], **heade
     server.put(f"referrers/{digest}", body, registry.OCI_INDEX, **headers)
 
 
-def now_minus(days: int) -> str:
-    return time.strftime(statements.TIME_FORMAT, time.gmtime(time.time() - days * 86400))
-
-
 # --------------------------------------------------------------------------- the order is the signed one
 
 
@@ -160,30 +160,29 @@ def test_the_newest_signed_run_decides_not_the_registrys_annotations(server, key
     """An old CPU-only (WARNED) run wrapped in artifacts dated 9999 against a newer PASSED one dated 2000:
     the signed times decide, so the GPU proof stands (it lost to the annotations before)."""
     digest, config = image(server)
-    old = artifacts(
-        server, digest, envelopes(keys, tmp_path, digest, config, "old", now_minus(30), gpu=False), "9999-12-31T00:00:00Z"
-    )
-    new = artifacts(
-        server, digest, envelopes(keys, tmp_path, digest, config, "new", now_minus(1), gpu=True), "2000-01-01T00:00:00Z"
-    )
+    old_signed, _ = envelopes(keys, tmp_path, digest, config, 30, gpu=False)
+    new_signed, new_run = envelopes(keys, tmp_path, digest, config, 1, gpu=True)
+    old = artifacts(server, digest, old_signed, "9999-12-31T00:00:00Z")
+    new = artifacts(server, digest, new_signed, "2000-01-01T00:00:00Z")
     list_referrers(server, digest, old + new)
     record = verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1], verify.Policy(require_gpu=True))
-    assert record["images"][0]["run"] == "new" and record["images"][0]["test_result"]["result"] == "PASSED"
+    assert record["images"][0]["run"] == new_run and record["images"][0]["test_result"]["result"] == "PASSED"
 
 
 def test_a_dropped_statement_of_the_newest_run_is_refused_not_filled_in_from_an_older_run(server, keys, tmp_path):
     digest, config = image(server)
-    old = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "old", now_minus(30), gpu=False), "x")
-    new = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "new", now_minus(1), gpu=True), "x")
+    old_signed, old_run = envelopes(keys, tmp_path, digest, config, 30, gpu=False)
+    old = artifacts(server, digest, old_signed, "x")
+    new = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, 1, gpu=True)[0], "x")
     dropped = [d for d in new if d["annotations"][PREDICATE_ANNOTATION] != statements.PREDICATES["test-result"]]
     list_referrers(server, digest, old + dropped)
-    with pytest.raises(NotVerified, match="statements of different runs are mixed.*test-result from run old"):
+    with pytest.raises(NotVerified, match=f"statements of different runs are mixed.*test-result from run {old_run}"):
         verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
 
 
 def test_an_incomplete_run_is_refused(server, keys, tmp_path):
     digest, config = image(server)
-    run = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, "only", now_minus(1), gpu=True), "x")
+    run = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, 1, gpu=True)[0], "x")
     list_referrers(server, digest, [d for d in run if d["annotations"][PREDICATE_ANNOTATION] != statements.PREDICATES["vex"]])
     with pytest.raises(NotVerified, match="incomplete: no signed vex statement"):
         verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])

@@ -1,0 +1,95 @@
+"""What provenance says about a build run: gathered once when the run starts (RunFacts), completed at
+push with the resolved dependencies and the tags, and written as facts.json (records.Facts) beside
+the report, where every later statement about the image reads it."""
+
+from __future__ import annotations
+
+import platform as host
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import hostprocs, lock, statements
+from pipeline.build_image import SOURCE
+from pipeline.records import FACTS, Facts, write
+from pipeline.render import dockerfile_path
+from pipeline.variants import REPO_ROOT, Variant
+
+
+def new_run_id(started: str) -> str:
+    """A build run's id: when it started and a random part (two runs in one second stay two)."""
+    return f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What provenance says about the run, gathered once: the command, the source, the tools."""
+
+    command: list[str]
+    commit: str  # the full git commit, "-dirty" when the checkout had changes, or "nogit"
+    started: str  # RFC 3339
+    invocation: str  # the build run's id (new_run_id)
+    tools: dict
+
+
+def gather(client, build_cli: str, command: list[str], revision: str, started: str) -> RunFacts:
+    done = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], "git")
+    commit = done.stdout.strip() if done.returncode == 0 else "nogit"
+    version = client.version()
+    tools = {
+        "docker_engine": version.get("Version"),
+        "docker_api": version.get("ApiVersion"),
+        "builder": build_cli,
+        "components": {c.get("Name"): c.get("Version") for c in version.get("Components", [])},
+        "python": host.python_version(),
+    }
+    commit += "-dirty" if revision.endswith("-dirty") else ""
+    return RunFacts(command=command, commit=commit, started=started, invocation=new_run_id(started), tools=tools)
+
+
+def _file_digest(path: Path) -> dict:
+    return {"uri": f"file:{path.relative_to(REPO_ROOT)}", "digest": {"sha256": statements.sha256_file(path)}}
+
+
+def dependencies(client, variant: Variant, platform: str, base_image: str, commit: str) -> list[dict]:
+    """SLSA resolvedDependencies: the source at its commit, the Dockerfile, the line's locks, the base image."""
+    deps = [{"uri": f"git+{SOURCE}@{commit}", "digest": {"gitCommit": commit.removesuffix("-dirty")}}]
+    deps.append(_file_digest(dockerfile_path(variant)))
+    folder = lock.lock_dir(variant, platform=platform)
+    deps += [_file_digest(p) for p in sorted(folder.glob("*.txt"))] if folder.is_dir() else []
+    base = client.images.list(name=base_image) if base_image else []  # the base image a build used; absent: said, not invented
+    if base:
+        deps.append(
+            {
+                "uri": f"docker-image://{base_image}",
+                "digest": {"sha256": base[0].id.removeprefix("sha256:")},
+                "annotations": {"repoDigests": base[0].attrs.get("RepoDigests", [])},
+            }
+        )
+    else:
+        deps.append({"uri": f"docker-image://{base_image}", "annotations": {"note": "not on the host at signing time"}})
+    return deps
+
+
+def write_facts(folder: Path, facts: RunFacts, deps: list[dict], where: tuple[Variant, str, str], pushed: tuple) -> Facts:
+    """facts.json in `folder`: the run's facts, the dependencies, the line, platform and repository
+    (`where`), the tags the image is pushed under (held ones included) and its stamped image (`pushed`)."""
+    variant, platform, ref = where
+    tags, stamped_id = pushed
+    record = Facts(
+        command=tuple(facts.command),
+        commit=facts.commit,
+        started=facts.started,
+        finished=statements.now(),  # built, validated and stamped: what a later signing says too
+        invocation=facts.invocation,
+        tools=facts.tools,
+        dependencies=tuple(deps),
+        line=variant.name,
+        flavor=variant.flavor,
+        platform=platform,
+        ref=ref,
+        tags=tuple(tags),
+        stamped_image_id=stamped_id,
+    )
+    write(folder / FACTS, record.as_dict())
+    return record

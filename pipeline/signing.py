@@ -1,0 +1,126 @@
+"""Signing a pushed digest: its statements to the signer (pipeline/attest.py, a process of its own that
+stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py).
+
+    sign_digest(key, client, digest, stmts)    a push's signing (publish.py), and the command's
+    sign_command(SignRequest)                   `build.py sign IMAGE@DIGEST --report R [--proof P]`: the
+                                                release's signing after its GPU proof
+
+The command signs only what is bound (records.bind): the digest's config in the registry is the report's
+stamped image, the proof ran in that image (ran.json, written outside the container by scripts/prove.sh),
+for that line, listing every check, and passed; with --require-gpu every GPU check passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from common.cli import atomic_write
+from pipeline import attest, referrers, registry, statements
+from pipeline.errors import PipelineError, PushFailed, RegistryDataRefused, UsageError
+from pipeline.image_statements import image_statements, proven_validation
+from pipeline.records import FACTS, Facts, Proof, Report, bind, write
+from pipeline.statements import Subject
+
+
+def sign_digest(
+    key: attest.KeySource, client: registry.Registry, digest: str, stmts: list[dict], run_name: str | None = None
+) -> dict:
+    """Sign the statements as one run and attach them to `digest` (replacing what an earlier run signed);
+    the report's record of it. A registry that refuses them fails the push (exit 6)."""
+    signed = attest.sign(key, stmts, run_name)
+    ref = client.ref.name
+    try:
+        subject = referrers.subject_descriptor(client, digest)
+        added = referrers.attach(client, subject, [(s["predicateType"], e) for s, e in zip(stmts, signed.envelopes, strict=True)])
+    except (PipelineError, requests.RequestException) as err:
+        raise PushFailed(
+            f"{ref}@{digest[:19]}… is pushed but the registry did not take its signed statements: {str(err).splitlines()[0][:200]}"
+        ) from None
+    kinds = [str(statements.kind_of(s["predicateType"])) for s in stmts]
+    print(f"==> signed {ref}@{digest[:19]}… with key {signed.keyid[:16]}…: {', '.join(kinds)}", flush=True)
+    return {
+        "signed": True,
+        "keyid": signed.keyid,
+        "subject": digest,
+        "run": signed.run,
+        "signed_at": signed.signed_at,
+        "statements": dict(zip(kinds, (d["digest"] for d in added), strict=True)),
+    }
+
+
+@dataclass(frozen=True)
+class SignRequest:
+    """`build.py sign`, parsed once."""
+
+    ref: registry.ImageRef  # HOST/REPO@sha256:… as the build pushed it
+    report: Path  # the build's report.json, its folder beside it
+    key: attest.KeySource | None  # None: write the predicates only (`predicates` must be given)
+    proof: Path | None = None  # a later proof's proof.json, ran.json beside it; None: the build's own validation
+    require_gpu: bool = False
+    run_name: str | None = None  # a label for the run (the CI run's URL); the run id is the signer's
+    timeout: float = registry.DEFAULT_DEADLINE
+    predicates: Path | None = None  # also write cosign's predicates of the same statements here
+
+
+def config_of(client: registry.Registry, digest: str) -> str:
+    """The config digest (the image ID) of the manifest `digest` names, as the registry holds it."""
+    found = client.manifest(digest)
+    if found is None:
+        raise UsageError(f"{client.ref.name}@{digest}: the registry has no such manifest; sign the digest the build pushed")
+    return registry.config_digest(found[0], f"{client.ref.name}@{digest[:19]}…")
+
+
+def sign_command(req: SignRequest) -> list[str]:
+    """Sign a digest a build pushed (unsigned, or signed before) from that build's report folder, with its
+    own validation or a later proof, only when everything is bound to the one image and line; with
+    `predicates`, write cosign's predicates of the same statements (without a key: only those)."""
+    ref = req.ref
+    if not ref.is_digest:
+        raise UsageError(f"{ref}: sign a digest (HOST/REPO@sha256:...), the one the build pushed, not a tag")
+    report = Report.load(req.report)
+    facts = Facts.load(report.folder / FACTS)
+    proof = Proof.later(req.proof) if req.proof else Proof.of_build(report.folder)
+    client = registry.Registry(ref, registry.Deadline(req.timeout))
+    try:
+        config = config_of(client, ref.reference)
+    except RegistryDataRefused as err:
+        raise UsageError(f"{ref}: {err}") from None
+    bind(ref.reference, config, report, facts, proof, req.require_gpu)
+    if req.key is not None:
+        attest.check_key(req.key)
+    stmts = image_statements(report.folder, Subject(ref.name, ref.reference), proof)
+    lines = []
+    if req.predicates is not None:
+        subject = {
+            "name": ref.name,
+            "digest": ref.reference,
+            "variant": report.line,
+            "platform": facts.platform,
+            "flavor": facts.flavor,
+        }
+        write_predicates(req.predicates, stmts, {"subject": subject, "validation": proven_validation(report.folder, proof)})
+        lines.append(f"==> {req.predicates}/{PREDICATES_INDEX}: cosign's predicates of the same statements")
+    if req.key is not None:
+        record = sign_digest(req.key, client, ref.reference, stmts, req.run_name)
+        lines.append(
+            f"==> {ref}: six statements signed (run {record['run']}, {record['signed_at']}), replacing any an earlier run signed"
+        )
+    return lines
+
+
+PREDICATES_INDEX = "predicates.tsv"
+
+
+def write_predicates(out: Path, stmts: list[dict], extra: dict[str, dict]) -> None:
+    """OUT/<kind>.json per statement's predicate, predicates.tsv naming each file with its predicate type (what
+    `cosign attest --type URI --predicate FILE` takes), and the extra records (subject.json, validation.json)."""
+    kinds = {str(statements.kind_of(s["predicateType"])): s for s in stmts}
+    for name, record in {**{k: s["predicate"] for k, s in kinds.items()}, **extra}.items():
+        write(out / f"{name}.json", record)
+    atomic_write(
+        out / PREDICATES_INDEX,
+        lambda f: f.write("".join(f"{kinds[k]['predicateType']}\t{k}.json\n" for k in sorted(kinds)).encode()),
+    )
