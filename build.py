@@ -14,6 +14,8 @@
     python build.py verify IMAGE_REF --key PUBKEY    check a pushed image's signed proof
     python build.py sign IMAGE@DIGEST --report R --proof P --sign-key KEY
                                                      sign a pushed digest after its (GPU) proof passed
+    python build.py attach IMAGE@DIGEST --prepared DIR --signed FILE
+                                                     attach envelopes signed apart (the release)
     python build.py withdraw IMAGE@DIGEST            remove a pushed digest whose proof failed
 
 Nothing is tagged before validation passed; nothing is pushed that was not
@@ -88,16 +90,18 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("keygen", "directory", type=Path, metavar="DIR")
     add("keygen", "--encrypt", action="store_true")
     add("verify", "image_ref", metavar="IMAGE_REF")
-    add("sign withdraw", "signed_ref", metavar="IMAGE@DIGEST")
+    add("sign withdraw attach", "signed_ref", metavar="IMAGE@DIGEST")
     add("verify", "--key", type=Path, required=True, metavar="PUBKEY")
     add("verify sign", "--require-gpu", action="store_true")
     add("verify", "--expect-line", metavar="LINE")
     add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
-    add("verify sign withdraw", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
+    add("verify sign withdraw attach", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
     add("sign", "--report", type=Path, required=True, metavar="REPORT_JSON")
     add("sign", "--proof", type=Path, metavar="PROOF_JSON")
     add("sign", "--run-name", metavar="NAME")
-    add("sign", "--predicates", type=Path, metavar="DIR")
+    add("sign", "--prepare", type=Path, metavar="DIR")
+    add("attach", "--prepared", type=Path, required=True, metavar="DIR")
+    add("attach", "--signed", type=Path, required=True, metavar="SIGNED_JSON")
     add("build report matrix", "--report-dir", type=Path, default=REPO_ROOT / "reports")
     add("render lock", "--check", action="store_true")
     for option in ("--markdown", "--json", "--default"):
@@ -189,7 +193,7 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
 
         policy = Policy(require_gpu=args.require_gpu, max_age_days=args.max_age, expect_line=args.expect_line)
         return say(verify_and_show(args.image_ref, args.key, policy, args.timeout, args.json))
-    if args.command in ("sign", "withdraw") and args.timeout <= 0:
+    if args.command in ("sign", "withdraw", "attach") and args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout:g}: give a number of seconds above 0")
     if args.command == "sign":
         from pipeline.attest import key_source
@@ -197,11 +201,16 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         from pipeline.signing import SignRequest, sign_command
 
         key = key_source(args.sign_key, args.sign_key_passphrase_file)
-        if key is None and args.predicates is None:
-            raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY), or --predicates DIR")
+        if key is None and args.prepare is None:
+            raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY), or --prepare DIR")
         ref = parse_ref(args.signed_ref)
-        request = SignRequest(ref, args.report, key, args.proof, args.require_gpu, args.run_name, args.timeout, args.predicates)
+        request = SignRequest(ref, args.report, key, args.proof, args.require_gpu, args.run_name, args.timeout, args.prepare)
         return say(sign_command(request))
+    if args.command == "attach":
+        from pipeline.registry import parse_ref
+        from pipeline.signing import attach_command
+
+        return say(attach_command(parse_ref(args.signed_ref), args.prepared, args.signed, args.timeout))
     if args.command == "withdraw":
         from pipeline.registry import parse_ref
         from pipeline.withdraw import withdraw

@@ -168,6 +168,15 @@ def signers_of(envelope: dict) -> set[str]:
     return {str(s.get("keyid", "")) for s in signatures if isinstance(s, dict)} if isinstance(signatures, list) else set()
 
 
+def envelope_payload(data: bytes, what: str) -> dict:
+    """The statement a DSSE envelope carries, unverified (to compare with what was prepared, not to trust)."""
+    try:
+        envelope = json.loads(data)
+        return json.loads(base64.b64decode(envelope["payload"], validate=True))
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(f"{what}: not a DSSE envelope of a JSON statement") from None
+
+
 def open_envelope(envelope: dict, key, what: str) -> bytes:
     """The payload of a DSSE envelope (already parsed, bounded, by pipeline.registry) whose signature
     `key` verifies; NotVerified otherwise. The payload is returned as bytes, for statements.read_statement."""

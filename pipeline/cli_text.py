@@ -18,6 +18,7 @@ COMMANDS = {
     "its tag and age; one screen (exit 0 verified, 1 not, 6 registry unreachable)",
     "sign": "sign a pushed digest from its build's report, with a later proof (--proof) in place of the build's own: only a proof "
     "that passed is signed (what the release does after its GPU proof)",
+    "attach": "attach to a pushed digest the envelopes a signer signed apart from `sign --prepare DIR`'s statements (the release)",
     "withdraw": "delete a pushed digest whose proof failed, with every tag naming it and its statements (registries delete by digest)",
 }
 EPILOG = (
@@ -78,8 +79,10 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--report": "the build's report.json (reports/<line>/<run>/report.json, with validation.json, facts.json and the SBOM beside it)",
     "--proof": "proof.json of `proof --out DIR` run on that very digest: its test result and benchmark are signed instead of the build's; "
     "refused unless it passed",
-    "--predicates": "also write cosign's predicates of the same statements into DIR (one file per kind, predicates.tsv); "
-    "without --sign-key, only those (checked the same way, nothing signed)",
+    "--prepare": "write what signing needs into DIR: statements.json for a signer apart (`attach` takes its answer) and "
+    "cosign's predicates of the same statements (predicates.tsv); without --sign-key, only those (checked the same way)",
+    "--prepared": "the folder `sign --prepare` wrote (statements.json)",
+    "--signed": "the signer's answer (python -m pipeline.attest's JSON: keyid, envelopes, run, signed_at)",
     "--run-name": "a name for this signing run, signed as a label (e.g. the release workflow's run URL); the run's id and time are the signer's own",
     "signed_ref": "the pushed image by digest, HOST/REPO@sha256:<hex>",
     "--sign-key": "the private key (build.py keygen's, outside the checkout) that signs each pushed digest's statements (provenance, SBOM, "

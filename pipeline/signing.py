@@ -12,6 +12,7 @@ for that line, listing every check, and passed; with --require-gpu every GPU che
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +20,9 @@ import requests
 
 from common.cli import atomic_write
 from pipeline import attest, referrers, registry, statements
-from pipeline.errors import PipelineError, PushFailed, RegistryDataRefused, UsageError
+from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.image_statements import image_statements, proven_validation
-from pipeline.records import FACTS, Facts, Proof, Report, bind, write
+from pipeline.records import FACTS, Facts, Proof, Report, bind, load, write
 from pipeline.statements import Subject
 
 
@@ -31,6 +32,11 @@ def sign_digest(
     """Sign the statements as one run and attach them to `digest` (replacing what an earlier run signed);
     the report's record of it. A registry that refuses them fails the push (exit 6)."""
     signed = attest.sign(key, stmts, run_name)
+    return attach_signed(client, digest, stmts, signed)
+
+
+def attach_signed(client: registry.Registry, digest: str, stmts: list[dict], signed: attest.Signatures) -> dict:
+    """Attach the signer's envelopes of `stmts` to `digest`, replacing an earlier run's; the report's record."""
     ref = client.ref.name
     try:
         subject = referrers.subject_descriptor(client, digest)
@@ -62,7 +68,7 @@ class SignRequest:
     require_gpu: bool = False
     run_name: str | None = None  # a label for the run (the CI run's URL); the run id is the signer's
     timeout: float = registry.DEFAULT_DEADLINE
-    predicates: Path | None = None  # also write cosign's predicates of the same statements here
+    prepare: Path | None = None  # write what signing needs here: statements.json and cosign's predicates
 
 
 def config_of(client: registry.Registry, digest: str) -> str:
@@ -93,7 +99,7 @@ def sign_command(req: SignRequest) -> list[str]:
         attest.check_key(req.key)
     stmts = image_statements(report.folder, Subject(ref.name, ref.reference), proof)
     lines = []
-    if req.predicates is not None:
+    if req.prepare is not None:
         subject = {
             "name": ref.name,
             "digest": ref.reference,
@@ -101,8 +107,11 @@ def sign_command(req: SignRequest) -> list[str]:
             "platform": facts.platform,
             "flavor": facts.flavor,
         }
-        write_predicates(req.predicates, stmts, {"subject": subject, "validation": proven_validation(report.folder, proof)})
-        lines.append(f"==> {req.predicates}/{PREDICATES_INDEX}: cosign's predicates of the same statements")
+        write(req.prepare / PREPARED, {"subject": subject, "statements": stmts})
+        write_predicates(req.prepare, stmts, {"subject": subject, "validation": proven_validation(report.folder, proof)})
+        lines.append(
+            f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"
+        )
     if req.key is not None:
         record = sign_digest(req.key, client, ref.reference, stmts, req.run_name)
         lines.append(
@@ -111,6 +120,43 @@ def sign_command(req: SignRequest) -> list[str]:
     return lines
 
 
+def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, timeout: float) -> list[str]:
+    """`build.py attach IMAGE@DIGEST --prepared DIR --signed FILE`: the release's envelopes, signed in a job of
+    their own from DIR/statements.json, attached to the digest; each must be a statement DIR prepared for
+    it, as the signer stamped it."""
+    if not ref.is_digest:
+        raise UsageError(f"{ref}: attach to a digest (HOST/REPO@sha256:...), the one that was prepared")
+    record = load(prepared / PREPARED, "prepared statements")
+    stmts = record.get("statements")
+    if record.get("subject", {}).get("digest") != ref.reference or not isinstance(stmts, list) or not stmts:
+        raise UsageError(f"{prepared / PREPARED}: not prepared for {ref.reference}")
+    answer = load(signed_path, "signer's answer")
+    try:
+        signed = attest.Signatures(
+            str(answer["keyid"]), [base64.b64decode(e) for e in answer["envelopes"]], str(answer["run"]), str(answer["signed_at"])
+        )
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"{signed_path}: not the signer's answer (keyid, envelopes, run, signed_at)") from None
+    if len(signed.envelopes) != len(stmts):
+        raise UsageError(f"{signed_path}: {len(signed.envelopes)} envelopes for {len(stmts)} prepared statements")
+    for stmt, envelope in zip(stmts, signed.envelopes, strict=True):
+        payload = attest.envelope_payload(envelope, f"{signed_path}: an envelope")
+        if payload != statements.stamp_run(stmt, signed.run, signed.signed_at, _run_name(payload)):
+            raise NotVerified(
+                f"{signed_path}: an envelope signs something other than the prepared {statements.kind_of(stmt['predicateType'])} statement"
+            )
+    client = registry.Registry(ref, registry.Deadline(timeout))
+    done = attach_signed(client, ref.reference, stmts, signed)
+    return [f"==> {ref}: six statements attached (run {done['run']}, {done['signed_at']}, key {done['keyid'][:16]}…)"]
+
+
+def _run_name(stmt: dict) -> str | None:
+    subjects = stmt.get("subject") or [{}]
+    name = (subjects[0].get("annotations") or {}).get(statements.RUN_NAME_ANNOTATION)
+    return name if isinstance(name, str) else None
+
+
+PREPARED = "statements.json"
 PREDICATES_INDEX = "predicates.tsv"
 
 

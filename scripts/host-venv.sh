@@ -6,9 +6,17 @@
 # flavor's stack (the unit tests of rlhf_bench run the flavor's TRL). Reinstalls
 # only when an input changed. Used by scripts/prepare-host.sh and the CI workflows.
 # Then the signer's venv .venv-signer (below).
+# --signer: the signer's venv only (the release's signing job runs nothing else).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+signer_only=0
+case "${1:-}" in
+    --signer) signer_only=1 ;;
+    "") ;;
+    *) echo "host-venv: unknown option $1 (it takes --signer)" >&2; exit 2 ;;
+esac
 
+if (( ! signer_only )); then
 shared=(--pin gymnasium --pin ale-py --pin matplotlib --pin tensorboard --pin tqdm --pin rlhf)  # a flavor's name: all its packages
 # numpy is no pin of the matrix: the default line's lock (the image's own) says which
 default_lock=images/locks/$(python3 build.py list --default)/amd64
@@ -21,6 +29,7 @@ if [[ ! -x .venv/bin/python ]] || [[ "$wanted" != "$(cat .venv/.requirements 2>/
     mapfile -t pins < <(python3 build.py list "${shared[@]}")
     .venv/bin/pip install -q -r requirements-dev.txt "${pins[@]}" "$numpy"
     printf '%s\n' "$wanted" > .venv/.requirements
+fi
 fi
 
 # The signer's venv: the only environment that reads the signing key (pipeline/attest.py runs there

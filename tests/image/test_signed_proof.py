@@ -424,7 +424,7 @@ def test_an_edited_report_naming_another_images_digest_is_refused(sign_keys, tin
     data["pushed"][f"{REF}:plain"] = foreign
     report.write_text(json.dumps(data))
     out = tmp_path / "predicates"
-    refused(sign_cli(sign_keys, foreign, report, "--predicates", str(out)), 1, "an edited or foreign report")
+    refused(sign_cli(sign_keys, foreign, report, "--prepare", str(out)), 1, "an edited or foreign report")
     assert listed(foreign) == [] and not out.exists()
 
 
@@ -433,11 +433,11 @@ def test_the_build_own_proof_signs_and_writes_cosigns_predicates_of_the_same_sta
     writes the predicates cosign attests, the same statements; without a key only those."""
     digest, ref, report, _ = release_build(tiny, tmp_path, "own-proof")
     only = tmp_path / "only-predicates"
-    done = cli("sign", f"{REF}@{digest}", "--report", str(report), "--predicates", str(only))
+    done = cli("sign", f"{REF}@{digest}", "--report", str(report), "--prepare", str(only))
     assert done.returncode == 0, done.stderr
     assert listed(digest) == [] and (only / "predicates.tsv").is_file()  # nothing signed without a key
     out = tmp_path / "predicates"
-    done = sign_cli(sign_keys, digest, report, "--predicates", str(out))
+    done = sign_cli(sign_keys, digest, report, "--prepare", str(out))
     assert done.returncode == 0, done.stderr
     listed_kinds = dict(line.split("\t") for line in (out / "predicates.tsv").read_text().splitlines())
     assert listed_kinds == {uri: f"{kind}.json" for kind, uri in statements.PREDICATES.items()}
@@ -446,6 +446,43 @@ def test_the_build_own_proof_signs_and_writes_cosigns_predicates_of_the_same_sta
     assert json.loads((out / "subject.json").read_text())["digest"] == digest
     done = verify_cli(ref, "--key", str(sign_keys["public"]))
     assert done.returncode == 0 and "WARNED: on the CPU only" in done.stdout, done.stderr
+
+
+def test_the_release_prepares_signs_apart_and_attaches_and_a_swapped_envelope_is_refused(sign_keys, tiny, tmp_path):
+    """The release's three jobs: `sign --prepare` with no secret, the signer process alone (what the signing job
+    runs: .venv-signer, the passphrase in a file), `attach` with no secret; an answer whose envelope signs
+    something else than what was prepared is not attached."""
+    digest, ref, report, image_id = release_build(tiny, tmp_path, "three-jobs")
+    prepared = tmp_path / "prepared"
+    proof = proof_folder(tmp_path / "proof", image_id, gpu=True)
+    done = cli(
+        "sign", f"{REF}@{digest}", "--report", str(report), "--proof", str(proof), "--require-gpu", "--prepare", str(prepared)
+    )
+    assert done.returncode == 0, done.stderr
+    request = {
+        "op": "sign",
+        "key": str(sign_keys["private"]),
+        "passphrase_file": str(sign_keys["passphrase"]),
+        "statements": json.loads((prepared / "statements.json").read_text())["statements"],
+        "run_name": "https://ci.example/runs/1",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVEN_TORCH")}
+    signer = [str(REPO_ROOT / ".venv-signer" / "bin" / "python"), "-s", "-E", "-m", "pipeline.attest"]
+    answer = subprocess.run(
+        signer, input=json.dumps(request), capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120
+    )
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    signed = tmp_path / "signed.json"
+    swapped = json.loads(answer.stdout)
+    swapped["envelopes"][0], swapped["envelopes"][1] = swapped["envelopes"][1], swapped["envelopes"][0]
+    signed.write_text(json.dumps(swapped))
+    refused(cli("attach", f"{REF}@{digest}", "--prepared", str(prepared), "--signed", str(signed)), 1, "signs something other")
+    assert listed(digest) == []
+    signed.write_text(answer.stdout)
+    done = cli("attach", f"{REF}@{digest}", "--prepared", str(prepared), "--signed", str(signed))
+    assert done.returncode == 0, done.stderr
+    verified = verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu")
+    assert verified.returncode == 0 and "https://ci.example/runs/1" in verified.stdout, verified.stderr
 
 
 def test_the_signer_chooses_the_run_and_time_a_wrong_clock_is_caught(sign_keys, tiny, tmp_path):
