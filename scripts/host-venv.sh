@@ -5,18 +5,10 @@
 # line's lock (the unit tests of ppo_bench run what the image runs), and the rlhf
 # flavor's stack (the unit tests of rlhf_bench run the flavor's TRL). Reinstalls
 # only when an input changed. Used by scripts/prepare-host.sh and the CI workflows.
-# Then the signer's venv .venv-signer (below).
-# --signer: the signer's venv only (the release's signing job runs nothing else).
+# Then the signer's venv .venv-signer (scripts/signer-venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-signer_only=0
-case "${1:-}" in
-    --signer) signer_only=1 ;;
-    "") ;;
-    *) echo "host-venv: unknown option $1 (it takes --signer)" >&2; exit 2 ;;
-esac
 
-if (( ! signer_only )); then
 shared=(--pin gymnasium --pin ale-py --pin matplotlib --pin tensorboard --pin tqdm --pin rlhf)  # a flavor's name: all its packages
 # numpy is no pin of the matrix: the default line's lock (the image's own) says which
 default_lock=images/locks/$(python3 build.py list --default)/amd64
@@ -30,16 +22,5 @@ if [[ ! -x .venv/bin/python ]] || [[ "$wanted" != "$(cat .venv/.requirements 2>/
     .venv/bin/pip install -q -r requirements-dev.txt "${pins[@]}" "$numpy"
     printf '%s\n' "$wanted" > .venv/.requirements
 fi
-fi
 
-# The signer's venv: the only environment that reads the signing key (pipeline/attest.py runs there
-# as its own process). Its pip is CPython's own (ensurepip); every file it installs is checked
-# against requirements-signer.lock's hashes, nothing else is installed. Rebuilt when the lock changes.
-if [[ ! -x .venv-signer/bin/python ]] || ! cmp -s requirements-signer.lock .venv-signer/.lock; then
-    echo "==> creating .venv-signer from the hash-locked requirements-signer.lock"
-    rm -rf .venv-signer
-    python3 -m venv .venv-signer
-    .venv-signer/bin/python -m pip install -q --disable-pip-version-check --no-deps --only-binary=:all: \
-        --require-hashes -r requirements-signer.lock
-    cp requirements-signer.lock .venv-signer/.lock
-fi
+bash scripts/signer-venv.sh

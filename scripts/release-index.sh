@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A multi-arch line's plain tags (.github/workflows/release.yml, job `publish-multi-arch`): one index over
 # the signed amd64 and arm64 digests, under the immutable tag first; read back (exactly those two
-# digests); cosign signs it with its children's combined test result (from the predicates their sign
-# jobs attested: amd64-predicates/, arm64-predicates/); then the moving tags.
+# digests); its children's combined test result written into index/ (from the predicates their prepare
+# jobs wrote: amd64-predicates/, arm64-predicates/) for the keyless job attest-index; then the moving tags.
 #   release-index.sh AMD64_RELEASE_JSON ARM64_RELEASE_JSON
 set -euo pipefail
 amd64_release=$1 arm64_release=$2
@@ -28,12 +28,8 @@ publish() {
 read -r immutable moving <<< "$tags"
 publish "$immutable"
 index=$(docker buildx imagetools inspect "$image:$immutable" --format '{{json .Manifest.Digest}}' | jq -r .)
-.venv/bin/python scripts/predicates-from-report.py index index-predicates --ref "$image" --digest "$index" \
+.venv/bin/python scripts/predicates-from-report.py index index --ref "$image" --digest "$index" \
     amd64-predicates arm64-predicates
-cosign sign --yes "$image@$index"
-while IFS=$'\t' read -r type file; do
-    cosign attest --yes --type "$type" --predicate "index-predicates/$file" "$image@$index"
-done < index-predicates/predicates.tsv
 for tag in $moving; do
     publish "$tag"
 done
