@@ -26,6 +26,7 @@ from threading import Thread
 import pytest
 
 from pipeline import attest, index_push, push, referrers, registry, statements
+from pipeline.docker_env import find_build_cli
 from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import Facts
 from pipeline.signing import SignRequest, sign_command, sign_digest
@@ -33,7 +34,7 @@ from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
-from tests.records import proof_folder, run_folder, validation
+from tests.records import proof_folder, proof_record, run_folder, validation
 from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.image
@@ -483,6 +484,52 @@ def test_the_release_prepares_signs_apart_and_attaches_and_a_swapped_envelope_is
     assert done.returncode == 0, done.stderr
     verified = verify_cli(ref, "--key", str(sign_keys["public"]), "--require-gpu")
     assert verified.returncode == 0 and "https://ci.example/runs/1" in verified.stdout, verified.stderr
+
+
+PROOF_SCRIPT = """#!/bin/sh
+# a stand-in `proof`: writes a whole GPU proof record where --out says, as the image's own proof does
+out=$2
+mkdir -p "$out"
+cat /proof.json > "$out/proof.json"
+echo "proof: PROVEN (stand-in)"
+"""
+
+
+def test_prove_sh_records_the_image_its_proof_ran_in_and_that_binds_the_signature(docker, matrix, sign_keys, tmp_path):
+    """scripts/prove.sh runs the pushed digest's `proof` and writes ran.json from `docker inspect` of the
+    container: `build.py sign --proof` accepts that record for this digest, and refuses it for another."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "proof").write_text(PROOF_SCRIPT)
+    (context / "proof.json").write_text(json.dumps(proof_record(gpu=True)))
+    base = matrix.base_image_for(AMD64)
+    (context / "Dockerfile").write_text(f"FROM {base}\nCOPY --chmod=755 proof /usr/local/bin/proof\nCOPY proof.json /\n")
+    cli_ = find_build_cli()
+    iid = tmp_path / "iid"
+    subprocess.run(
+        [*cli_.argv, "-q", "--iidfile", str(iid), str(context)], env=cli_.environ(), check=True, capture_output=True, timeout=300
+    )
+    image_id = iid.read_text().strip()
+    tag = f"prove-sh-{RUN}"
+    push.tag_image(docker, image_id, REF, [tag])
+    digest = push.push_tag(docker, image_id, REF, tag)
+    try:
+        out = tmp_path / "proof"
+        done = subprocess.run(
+            ["bash", "scripts/prove.sh", f"{REF}@{digest}", str(out)],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PROVE_GPUS": ""},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        ran = json.loads((out / "ran.json").read_text())
+        assert ran["image_id"] == image_id and ran["ref"] == f"{REF}@{digest}" and ran["exit_status"] == 0
+        report = run_folder(tmp_path / "run", ref=REF, digest=digest, image_id=image_id, tags=(tag,))
+        signed = sign_cli(sign_keys, digest, report, "--proof", str(out / "proof.json"), "--require-gpu")
+        assert signed.returncode == 0, signed.stderr
+        assert verify_cli(f"{REF}:{tag}", "--key", str(sign_keys["public"]), "--require-gpu").returncode == 0
+        other = proof_folder(tmp_path / "other", "sha256:" + "0" * 64, gpu=True)  # a ran.json of another image
+        refused(sign_cli(sign_keys, digest, report, "--proof", str(other)), 1, "a proof of another image")
+    finally:
+        subprocess.run(["docker", "rmi", "-f", f"{REF}:{tag}"], capture_output=True, check=False)
 
 
 def test_the_signer_chooses_the_run_and_time_a_wrong_clock_is_caught(sign_keys, tiny, tmp_path):
