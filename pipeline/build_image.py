@@ -138,18 +138,22 @@ def check_index_reach(matrix: Matrix, variant: Variant, ca_cert: Path | None) ->
     )
 
 
-def build_image(
-    cli: BuildCli,
-    matrix: Matrix,
-    variant: Variant,
-    out_dir: Path,
-    args: dict[str, str],
-    ca_cert: Path | None,
-    verbose: bool = False,
-    context: Path = REPO_ROOT,
-    platform: str = AMD64,
-) -> BuildResult:
-    """Run `docker build` for the variant on `platform`; return the untagged image ID."""
+@dataclass(frozen=True)
+class Build:
+    """One `docker build` asked for: the line on one platform, its build arguments, where its log goes."""
+
+    variant: Variant
+    out_dir: Path
+    args: dict[str, str]
+    platform: str = AMD64
+    ca_cert: Path | None = None  # the proxy's CA, as a BuildKit secret (never a layer)
+    verbose: bool = False
+    context: Path = REPO_ROOT
+
+
+def build_image(cli: BuildCli, matrix: Matrix, build: Build) -> BuildResult:
+    """Run `docker build` for the variant on its platform; return the untagged image ID."""
+    variant, out_dir, platform, verbose = build.variant, build.out_dir, build.platform, build.verbose
     stale = stale_files(matrix, audit.disclosures([variant]), variants=[variant])
     if stale:
         raise UsageError(f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit")
@@ -157,7 +161,7 @@ def build_image(
     iidfile = out_dir / "image-id"
     iidfile.unlink(missing_ok=True)
     log_path = out_dir / "build.log"
-    argv = build_command(cli, variant, iidfile, args, ca_cert, context, platform)
+    argv = build_command(cli, variant, iidfile, build.args, build.ca_cert, build.context, platform)
     on = f" for {platform}" if variant.multi_arch else ""
     print(f"==> build {variant.name}{on} with {cli.description} (log: {log_path})", flush=True)
     start = time.monotonic()

@@ -13,6 +13,7 @@ import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Required, TypedDict, Unpack
 
 from pipeline.docker_env import sdk_errors
 from pipeline.hostprocs import step
@@ -67,39 +68,36 @@ def read_file(client, image_id: str, path: str) -> bytes | None:
     return next(iter(files.values()), None) if len(files) == 1 else None
 
 
-def run_in_image(
-    client,
-    image_id: str,
-    command: list[str],
-    *,
-    timeout_s: float,
-    entrypoint: list[str] | None = None,
-    user: str | None = None,
-    network: bool = True,
-    gpus: int = 0,
-    shm_size: str | None = None,
-    stream: bool = False,
-    fetch: str | None = None,
-    what: str = "a step",
-    environment: dict[str, str] | None = None,
-) -> Finished:
-    """Run `command` in a fresh container of the image and wait for it (at most `timeout_s`).
+class RunOptions(TypedDict, total=False):
+    """How run_in_image runs its command (each optional but timeout_s)."""
 
-    With `stream`, output is printed as it comes ("  │ line") and returned as
-    stdout; otherwise stdout and stderr are captured apart. `fetch` is a folder
-    inside the container to copy out before the container is removed.
-    """
+    timeout_s: Required[float]
+    entrypoint: list[str] | None
+    user: str | None
+    network: bool  # default True
+    gpus: int  # every GPU of the host when above 0
+    shm_size: str | None
+    stream: bool  # print output as it comes ("  │ line") and return it as stdout
+    fetch: str | None  # a folder inside the container to copy out before it is removed
+    what: str  # the step's name, for Ctrl-C and errors
+    environment: dict[str, str] | None
+
+
+def run_in_image(client, image_id: str, command: list[str], **options: Unpack[RunOptions]) -> Finished:
+    """Run `command` in a fresh container of the image and wait for it (at most `timeout_s`); stdout and
+    stderr captured apart unless `stream`."""
+    timeout_s, stream, fetch = options["timeout_s"], options.get("stream", False), options.get("fetch")
     start = time.monotonic()
     container = client.containers.create(
         image_id,
         command=command,
-        entrypoint=entrypoint,
-        user=user or "",
-        network_disabled=not network,
-        device_requests=device_requests(gpus),
-        shm_size=shm_size,
+        entrypoint=options.get("entrypoint"),
+        user=options.get("user") or "",
+        network_disabled=not options.get("network", True),
+        device_requests=device_requests(options.get("gpus", 0)),
+        shm_size=options.get("shm_size"),
         labels=ROLE_LABEL,
-        environment=environment,
+        environment=options.get("environment"),
     )
     timed_out = threading.Event()
 
@@ -113,7 +111,9 @@ def run_in_image(
     timer = threading.Timer(timeout_s, kill_at_deadline)
     streamed: list[str] = []
     try:
-        with step(what):  # Ctrl-C: Interrupted naming the step; the container is removed below either way
+        with step(
+            options.get("what", "a step")
+        ):  # Ctrl-C: Interrupted naming the step; the container is removed below either way
             container.start()
             timer.start()
             if stream:

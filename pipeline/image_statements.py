@@ -15,19 +15,8 @@ from pipeline.statements import Subject, statement
 
 
 def _provenance(facts: Facts, platform: str, tags: list[str], deps: list[dict]) -> dict:
-    return statements.provenance_predicate(
-        builder_id=f"{SOURCE}/blob/{facts.commit.removesuffix('-dirty')}/build.py",
-        revision=facts.commit,
-        command=list(facts.command),
-        line=facts.line,
-        platform=platform,
-        tags=tags,
-        dependencies=deps,
-        tools=facts.tools,
-        invocation=facts.invocation,
-        started=facts.started,
-        finished=facts.finished,
-    )
+    builder = f"{SOURCE}/blob/{facts.commit.removesuffix('-dirty')}/build.py"
+    return statements.provenance_predicate(facts, platform, tags, deps, builder)
 
 
 def proven_validation(folder: Path, proof: Proof | None = None) -> dict:

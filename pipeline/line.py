@@ -44,28 +44,30 @@ def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
     return f"{ref}:{tag}"
 
 
-def build_and_validate(
-    client,
-    cli,
-    config: Request,
-    platform: str,
-    run_dir: Path,
-    args: dict[str, str],
-    gpus: int,
-    when: tuple[dt.datetime, str, str],
-) -> tuple[Target, Tagged]:
+@dataclass(frozen=True)
+class Run:
+    """What one `build.py build` run fixed when it started, the same for each of its platforms."""
+
+    started: dt.datetime
+    created: str  # RFC 3339, the images' created label
+    revision: str
+    build_args: dict[str, str]
+    gpus: int
+
+
+def build_and_validate(client, cli, config: Request, run: Run, platform: str, run_dir: Path) -> tuple[Target, Tagged]:
     """Build the line for one platform, validate it (under emulation where it is not the host's), stamp and tag it."""
     variant = config.variant
-    now, created, revision = when
-    args = {**args, "OS_IMAGE": config.matrix.base_image_for(platform)}
+    args = {**run.build_args, "OS_IMAGE": config.matrix.base_image_for(platform)}
     if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
         base = config.matrix.by_name(variant.base_name)
         print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
-        base_built = build_image.build_image(
-            cli, config.matrix, base, run_dir / "base", args, config.ca_cert, config.verbose, platform=platform
+        of_base = build_image.Build(base, run_dir / "base", args, platform, config.ca_cert, config.verbose)
+        args["BASE_IMAGE"] = base_build_ref(
+            client, config.repo, base.name, build_image.build_image(cli, config.matrix, of_base).image_id
         )
-        args["BASE_IMAGE"] = base_build_ref(client, config.repo, base.name, base_built.image_id)
-    built = build_image.build_image(cli, config.matrix, variant, run_dir, args, config.ca_cert, config.verbose, platform=platform)
+    build = build_image.Build(variant, run_dir, args, platform, config.ca_cert, config.verbose)
+    built = build_image.build_image(cli, config.matrix, build)
     if platform != host_platform():
         print(
             f"==> validating {platform} under emulation (qemu) on this {host_platform()} host, on the CPU; deadlines scaled",
@@ -75,9 +77,9 @@ def build_and_validate(
         variant=variant,
         run_dir=run_dir,
         ref=tags.image_ref(config.repo, config.registry if config.push else None),
-        date=f"{now:%Y%m%d}",
-        created=created,
-        revision=revision,
+        date=f"{run.started:%Y%m%d}",
+        created=run.created,
+        revision=run.revision,
         build_seconds=built.seconds,
         ca_cert=config.ca_cert,
         advisories=config.advisories,
@@ -85,7 +87,7 @@ def build_and_validate(
         emulated=platform != host_platform(),
     )
     # An emulated image cannot reach the host's GPU: its proof runs on the CPU, said so in its labels.
-    return target, stamp.validate_and_tag(client, built.image_id, 0 if target.emulated else gpus, target)
+    return target, stamp.validate_and_tag(client, built.image_id, 0 if target.emulated else run.gpus, target)
 
 
 def tag_host_image(client, done: dict[str, tuple[Target, Tagged]], variant: Variant, pushed: bool) -> list[str]:
@@ -144,7 +146,7 @@ def run(config: Request) -> RunResult:
     facts = (  # what the push's provenance says of the run, gathered once
         run_facts.gather(client, cli.description, list(config.command or sys.argv), revision, created) if config.push else None
     )
-    args = build_image.build_args(revision, created)
+    started = Run(now, created, revision, build_image.build_args(revision, created), gpus)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
     done: dict[str, tuple[Target, Tagged]] = {}
     failed: dict[str, PipelineError] = {}
@@ -152,9 +154,7 @@ def run(config: Request) -> RunResult:
         for platform in config.platforms:
             platform_dir = run_dir / arch(platform) if variant.multi_arch else run_dir
             try:
-                target, tagged = build_and_validate(
-                    client, cli, config, platform, platform_dir, args, gpus, (now, created, revision)
-                )
+                target, tagged = build_and_validate(client, cli, config, started, platform, platform_dir)
             except Interrupted:
                 raise
             except PipelineError as err:

@@ -54,7 +54,6 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     """Push every tag in the chosen compression (push.push_plan: immutable tags first), or with
     hold_moving_tags the immutable ones only. With a key, each pushed digest gets its signed
     statements once its immutable tag is pushed, before any moving tag moves."""
-    common = dict(tags=tagged.tags, stamped_id=tagged.stamped_id)
     plan = push.push_plan(request.compression, tagged.tags)
     to_push = [step for step in plan if step[0] == tagged.tags[0] or not request.hold_moving_tags]
     held = tuple(remote for _, remote, _ in plan[len(to_push) :])
@@ -89,7 +88,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
         failed = Pushed(
             refs=refs, sbom={"pushed": False, "reason": "the image push failed"}, compressed_bytes={}, signed=tuple(signed)
         )
-        target.write_report(tagged.validated_id, tagged.validation, status="validated", push=failed, error=str(err), **common)
+        target.write_report(tagged.validated_id, tagged.validation, "validated", tagged.tags, failed, str(err), tagged.stamped_id)
         raise
     first_tag = to_push[0][1]
     if signed:
@@ -105,7 +104,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held, signed=tuple(signed))
     if held:
         print(f"==> held back (not pushed): {', '.join(held)}; move them once the pushed digest is proven", flush=True)
-    target.write_report(tagged.validated_id, tagged.validation, status="pushed", push=pushed, **common)
+    target.write_report(tagged.validated_id, tagged.validation, "pushed", tagged.tags, pushed, stamped_id=tagged.stamped_id)
     return pushed
 
 

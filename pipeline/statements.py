@@ -25,7 +25,7 @@ from typing import Any
 
 from common.rules import CHECK_NEEDS_GPU
 from pipeline.errors import RegistryDataRefused
-from pipeline.records import Reader
+from pipeline.records import Facts, Reader
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of an in-toto statement
@@ -305,32 +305,19 @@ def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> d
     }
 
 
-def provenance_predicate(
-    *,
-    builder_id: str,
-    revision: str,
-    command: list[str],
-    line: str,
-    platform: str,
-    tags: list[str],
-    dependencies: list[dict],
-    tools: dict,
-    invocation: str,
-    started: str,
-    finished: str,
-) -> dict:
-    """SLSA provenance v1: who built it (build.py at its revision), how, from what, for which line and
-    which tags (verify checks a tag it is asked about against them)."""
+def provenance_predicate(facts: Facts, platform: str, tags: list[str], dependencies: list[dict], builder_id: str) -> dict:
+    """SLSA provenance v1: who built it (`builder_id`: build.py at the run's revision), how, from what, for
+    which line and which tags (verify checks a tag it is asked about against them)."""
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"command": command, "line": line, "platform": platform, "tags": tags},
-            "internalParameters": {"tools": tools},
+            "externalParameters": {"command": list(facts.command), "line": facts.line, "platform": platform, "tags": tags},
+            "internalParameters": {"tools": facts.tools},
             "resolvedDependencies": dependencies,
         },
         "runDetails": {
-            "builder": {"id": builder_id, "version": {"build.py": revision}},
-            "metadata": {"invocationId": invocation, "startedOn": started, "finishedOn": finished},
+            "builder": {"id": builder_id, "version": {"build.py": facts.commit}},
+            "metadata": {"invocationId": facts.invocation, "startedOn": facts.started, "finishedOn": facts.finished},
         },
     }
 

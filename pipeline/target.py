@@ -1,13 +1,15 @@
 """Where one validated image goes, and what tagging it made: the records the stages after validation
-pass along (stamp.py makes a Tagged, publish.py pushes it)."""
+pass along (stamp.py makes a Tagged, publish.py pushes it); report.json is written here, in one place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import platform as this_host
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline.html_report import write_page
 from pipeline.index_push import arch_tag
-from pipeline.report import write_report
+from pipeline.records import REPORT, write
 from pipeline.validation.gate import Validation
 from pipeline.variants import AMD64, Variant
 
@@ -34,20 +36,42 @@ class Target:
 
     @property
     def report_path(self) -> Path:
-        return self.run_dir / "report.json"
+        return self.run_dir / REPORT
 
-    def write_report(self, validated_id: str, validation: Validation, **fields) -> Path:
-        """(Re)write this build's report; `fields` are write_report's per-stage ones."""
-        return write_report(
-            self.report_path,
-            variant=self.variant,
-            image_id=validated_id,
-            build_seconds=self.build_seconds,
-            created=self.created,
-            revision=self.revision,
-            validation=validation,
-            **fields,
-        )
+    def write_report(
+        self,
+        validated_id: str,
+        validation: Validation | None,
+        status: str,
+        tags: list[str] | None = None,
+        push=None,
+        error: str | None = None,
+        stamped_id: str | None = None,
+    ) -> Path:
+        """(Re)write this build's report.json, whole (records.write), and its HTML page; status "validated",
+        "failed" or "pushed"; `push`: publish.Pushed."""
+        report = {
+            "schema": 2,
+            "status": status,
+            "error": error,
+            "variant": self.variant.name,
+            "pins": {k: v for k, v in asdict(self.variant).items() if k != "packages"},
+            "packages": dict(self.variant.packages),
+            "validated_image_id": validated_id,
+            "stamped_image_id": stamped_id,  # the validated layers with what validation found stamped on: tagged, pushed
+            "created": self.created,
+            "revision": self.revision,
+            "build_seconds": round(self.build_seconds, 1),
+            "gpu": validation.gpu if validation else None,
+            "validation": validation.as_dict() if validation else None,
+            "tags": tags or [],
+            "pushed": push.refs if push else {},
+            "push": push.as_dict() if push else None,
+            "host": {"machine": this_host.machine(), "system": this_host.platform()},
+        }
+        write(self.report_path, report)
+        write_page(self.report_path)
+        return self.report_path
 
 
 @dataclass(frozen=True)

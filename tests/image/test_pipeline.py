@@ -494,9 +494,8 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant
     block = _re.search(r"^tqdm==.*?(?=^\S)", text, _re.M | _re.S).group(0)
     lock.write_text(text.replace(block, _re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
     with pytest.raises(BuildFailed, match="did not match the hash in the lock file"):
-        build_image.build_image(
-            find_build_cli(), matrix, variant, tmp_path / "out", {"REVISION": "tampered"}, ca_cert(), context=context
-        )
+        build = build_image.Build(variant, tmp_path / "out", {"REVISION": "tampered"}, ca_cert=ca_cert(), context=context)
+        build_image.build_image(find_build_cli(), matrix, build)
 
 
 def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_registry):

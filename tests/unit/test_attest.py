@@ -17,6 +17,7 @@ import pytest
 
 from pipeline import attest, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
+from pipeline.records import Facts
 from pipeline.registry import parse_ref
 from pipeline.statements import GPU_TESTS, PREDICATES, Subject, read_statement
 from tests.records import validation
@@ -315,12 +316,16 @@ def test_a_statement_of_the_wrong_shape_is_registry_data_refused(change, said):
 
 
 def test_a_provenance_names_its_line_and_tags():
-    predicate = statements.provenance_predicate(
-        builder_id="b", revision="r", command=["build.py"], line="2.9-cu128", platform="linux/amd64", tags=["2.9-cu128", "latest"],
-        dependencies=[], tools={}, invocation="i", started="s", finished="f",
-    )  # fmt: skip
+    predicate = statements.provenance_predicate(facts("2.9-cu128", "i", "s"), "linux/amd64", ["2.9-cu128", "latest"], [], "b")
     record = read_statement(stamped("provenance", predicate), "x").record
     assert record.line == "2.9-cu128" and record.tags == ("2.9-cu128", "latest")
+
+
+def facts(line: str, invocation: str, when: str) -> Facts:
+    return Facts(
+        command=(), commit="r", started=when, finished=when, invocation=invocation, tools={}, dependencies=(), line=line,
+        flavor=None, platform="p", ref="h/r", tags=(), stamped_image_id="sha256:i",
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- verify's rules
@@ -329,19 +334,7 @@ def test_a_provenance_names_its_line_and_tags():
 def stmt_at(kind: str, run: str, when: str) -> statements.Signed:
     predicates = {
         "test-result": statements.test_result_predicate(validation(), "sha256:i", []),
-        "provenance": statements.provenance_predicate(
-            builder_id="b",
-            revision="r",
-            command=[],
-            line="l",
-            platform="p",
-            tags=["t"],
-            dependencies=[],
-            tools={},
-            invocation=run,
-            started=when,
-            finished=when,
-        ),  # fmt: skip
+        "provenance": statements.provenance_predicate(facts("l", run, when), "p", ["t"], [], "b"),
     }
     return read_statement(stamped(kind, predicates[kind], run, when), "x")
 

@@ -34,7 +34,7 @@ PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
         "pipeline.listing", "pipeline.referrers", "pipeline.push", "pipeline.zstd_push", "pipeline.index_push",
     }),
     ("stages", {
-        "pipeline.validation.gate", "pipeline.report", "pipeline.target", "pipeline.request", "pipeline.stamp",
+        "pipeline.validation.gate", "pipeline.target", "pipeline.request", "pipeline.stamp",
         "pipeline.publish", "pipeline.verify", "pipeline.run_facts", "pipeline.image_statements", "pipeline.signing",
         "pipeline.withdraw",
     }),
@@ -207,3 +207,19 @@ def test_scripts_use_the_pipelines_public_functions_only():
                 bad.append(f"{module} -> {target} (not one of the modules build.py's commands use)")
             bad += [f"{module} -> {target}.{n} (private)" for n in names if n.startswith("_")]
     assert bad == []
+
+
+def test_no_pipeline_function_takes_more_than_seven_parameters():
+    """Stages pass records (request.Request, build_image.Build, records.Facts, ...), not keyword lists."""
+    wide = []
+    for name, path in MODULES.items():
+        if package(name) != "pipeline":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                count = len(args.posonlyargs + args.args + args.kwonlyargs) + bool(args.vararg) + bool(args.kwarg)
+                count -= bool(args.args) and args.args[0].arg in ("self", "cls")
+                if count > 7:
+                    wide.append(f"{name}.{node.name}: {count}")
+    assert wide == []
