@@ -95,6 +95,8 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     listed = registry.tagged_referrers(subject["digest"])
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
     registry.put_manifest(tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX)
+    # the index lists the live set; what it no longer lists is deleted where the registry lets clients delete
+    delete_about(registry, subject["digest"], [old for old in listed if superseded(old)])
     return added
 
 

@@ -50,6 +50,7 @@ MAX_MANIFEST = 4 * 2**20  # bytes of a manifest, an index or one referrers page,
 MAX_ENVELOPE = 16 * 2**20  # a signed statement (the SBOM's, the largest, is about 2 MB)
 MAX_PAGES = 16  # referrers pages followed for one subject
 MAX_REFERRERS = 200  # entries listed for one subject (Kyverno refuses an image past 50)
+MAX_TAGS = 1000  # tags read from one repository's list (verify's rollback check)
 MAX_DEPTH = 64  # nesting of any JSON read (the project's own statements nest about 10 deep)
 DEFAULT_DEADLINE = DEADLINES["verify"]  # seconds for a whole verify (build.py verify --timeout)
 REQUEST_TIMEOUT = DEADLINES["registry request"]  # seconds for one request to connect or to send its next bytes
@@ -410,6 +411,15 @@ class Registry:
         if len(listed) > MAX_REFERRERS:
             raise RegistryDataRefused(f"{digest[:19]}… has more than {MAX_REFERRERS} referrers")
         return listed
+
+    def tags(self) -> list[str]:
+        """The repository's tags: one page of at most MAX_TAGS (the tag list API), read bounded; a registry
+        that pages further is read no further (a newer tag it hides is what --max-age bounds)."""
+        got = self._get(f"tags/list?n={MAX_TAGS}", MAX_MANIFEST, f"the tags of {self.ref.repo}")
+        listed = as_dict(got[1], "the tag list").get("tags") if got else []
+        if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+            raise RegistryDataRefused("the tag list is not a list of names")
+        return listed[:MAX_TAGS]
 
     # ------------------------------------------------------------------ writing
 

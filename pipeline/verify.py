@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,7 +283,42 @@ def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout
             raise NotVerified(f"{ref}: the index lists no image to verify")
     else:
         images.append(check_image(client, digest, body, key, policy, str(ref), ref))
+        if not ref.is_digest:
+            judge_rollback(client, images[0], key, policy, str(ref))
     return record
+
+
+IMMUTABLE = re.compile(r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)(?P<arch>-(?:amd64|arm64))?$")
+NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
+
+
+def judge_rollback(client: registry.Registry, image: dict, key, policy: Policy, label: str) -> None:
+    """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
+    line, architecture and torch build with a later date names another digest whose statements verify and
+    were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
+    tag is bounded by --max-age."""
+    own = IMMUTABLE.match(image["provenance"]["tags"][0]) if image["provenance"]["tags"] else None
+    if own is None or label.rsplit(":", 1)[-1] == own.string:
+        return  # asked by its immutable tag, or a provenance without one: nothing newer to compare with
+    newer = sorted(
+        (m for m in map(IMMUTABLE.match, client.tags()) if m and m["stem"] == own["stem"] and m["arch"] == own["arch"]),
+        key=lambda m: m["date"],
+        reverse=True,
+    )
+    for match in [m for m in newer if m["date"] >= own["date"] and m.string != own.string][:NEWER_CHECKED]:
+        found = client.manifest(match.string)
+        if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
+            continue
+        try:
+            other = check_image(client, found[2], found[0], key, policy, f"{label} (newer {match.string})", None)
+        except NotVerified:
+            continue  # not a newer *signed* build
+        if other["signed_at"] > image["signed_at"]:
+            raise NotVerified(
+                f"{label}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
+                f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
+                "pull by the newer tag, or ask by digest if the older one is wanted"
+            )
 
 
 def summary(digest: str, runset: RunSet) -> dict:

@@ -199,8 +199,11 @@ def put_artifact(descriptor: dict, subject: dict, envelope: bytes | None = None)
 
 def test_ten_re_signs_of_one_digest_leave_one_set_and_it_verifies(sign_keys, tiny, tmp_path):
     image_id, digest, ref = tiny("resigned")
-    runs = [sign(sign_keys, tmp_path, ref, digest, image_id)["run"] for _ in range(10)]
+    records = [sign(sign_keys, tmp_path, ref, digest, image_id) for _ in range(10)]
+    runs = [r["run"] for r in records]
     assert len(set(runs)) == 10
+    superseded = [d for r in records[:-1] for d in r["statements"].values()]
+    assert [d for d in superseded if client().manifest(d) is not None] == []  # deleted by digest, not only unlisted
     kinds = [d["annotations"][referrers.PREDICATE_ANNOTATION] for d in listed(digest)]
     assert sorted(kinds) == sorted(PREDICATES.values()), kinds  # one statement per kind: replaced, not added beside
     done = verify_cli(ref, "--key", str(sign_keys["public"]), "--json")
@@ -277,6 +280,30 @@ def test_a_proven_image_of_one_line_under_another_lines_tag_is_caught(docker, si
     by_digest = f"{REF}@{digest}"
     assert verify_cli(by_digest, "--key", str(sign_keys["public"]), "--expect-line", "2.4-cu121").returncode == 0
     refused(verify_cli(by_digest, "--key", str(sign_keys["public"]), "--expect-line", "2.9-cu128"), 1, "not the 2.9-cu128")
+
+
+def test_a_moving_tag_moved_back_to_an_older_signed_digest_is_refused(docker, sign_keys, tiny, tmp_path):
+    """Two signed builds of one line; the moving tag moved back to the older: verify of the moving tag names the
+    newer build; the older by its own immutable tag or digest, and the moving tag on the newest, still verify."""
+    stem, moving = f"rb{RUN}-2.9.1-cu128-py3.11", f"2.9-cu128-rb{RUN}"
+    builds = {}
+    for date, rev, clock in (("20261201", "aaaaaaa", "-4d"), ("20261205", "bbbbbbb", "+0")):
+        immutable = f"{stem}-{date}-{rev}"
+        image_id, digest, _ = tiny(f"rollback-{date}", tag=immutable)
+        sign(sign_keys, tmp_path, f"{REF}:{immutable}", digest, image_id, tags=(immutable, moving), clock=clock)
+        builds[date] = (image_id, digest, immutable)
+    public = str(sign_keys["public"])
+    for date in ("20261201", "20261205"):  # the moving tag follows the builds; the newest is where it ends
+        push.tag_image(docker, builds[date][0], REF, [moving])
+        push.push_tag(docker, builds[date][0], REF, moving)
+    assert verify_cli(f"{REF}:{moving}", "--key", public).returncode == 0
+    push.tag_image(docker, builds["20261201"][0], REF, [moving])  # moved back
+    assert push.push_tag(docker, builds["20261201"][0], REF, moving) == builds["20261201"][1]
+    refused(
+        verify_cli(f"{REF}:{moving}", "--key", public), 1, f"{builds['20261205'][2]} names a newer signed build", "moved back"
+    )
+    assert verify_cli(f"{REF}:{builds['20261201'][2]}", "--key", public).returncode == 0
+    assert verify_cli(f"{REF}@{builds['20261201'][1]}", "--key", public).returncode == 0
 
 
 def test_a_proof_older_than_max_age_is_refused(sign_keys, tiny, tmp_path):
