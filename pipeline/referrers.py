@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterator
 
 from pipeline.errors import RegistryDataRefused
 from pipeline.registry import (
@@ -133,10 +134,10 @@ def delete_about(registry: Registry, digest: str, listed: list[dict]) -> int:
     return deleted
 
 
-def envelopes_about(registry: Registry, digest: str) -> list[bytes]:
-    """The envelope bytes of every DSSE artifact the registry lists for `digest`. The artifact manifest's
-    own subject must be `digest`: an index entry pointing elsewhere is refused."""
-    out = []
+def envelopes_about(registry: Registry, digest: str) -> Iterator[bytes]:
+    """The envelope bytes of each DSSE artifact the registry lists for `digest`, one at a time (the caller
+    checks one and drops it before the next is read). The artifact manifest's own subject must be `digest`:
+    an index entry pointing elsewhere is refused."""
     for descriptor in registry.referrers(digest):
         if descriptor.get("artifactType") != ENVELOPE_MEDIA_TYPE:
             continue
@@ -148,5 +149,4 @@ def envelopes_about(registry: Registry, digest: str) -> list[bytes]:
         )
         if layer is None or not DIGEST.fullmatch(layer["digest"]):
             raise RegistryDataRefused(f"the statement artifact {descriptor['digest'][:19]}… holds no DSSE envelope")
-        out.append(registry.blob(layer["digest"]))
-    return out
+        yield registry.blob(layer["digest"])

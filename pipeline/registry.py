@@ -52,6 +52,8 @@ MAX_PAGES = 16  # referrers pages followed for one subject
 MAX_REFERRERS = 200  # entries listed for one subject (Kyverno refuses an image past 50)
 MAX_TAGS = 1000  # tags read from one repository's list (verify's rollback check)
 MAX_DEPTH = 64  # nesting of any JSON read (the project's own statements nest about 10 deep)
+MAX_NODES = 500_000  # values in one JSON document (the default image's SBOM statement has about 40,000)
+MAX_READ = 128 * 2**20  # bytes one command reads from registries in all (verify of an image reads about 5 MB)
 DEFAULT_DEADLINE = DEADLINES["verify"]  # seconds for a whole verify (build.py verify --timeout)
 REQUEST_TIMEOUT = DEADLINES["registry request"]  # seconds for one request to connect or to send its next bytes
 CHUNK = 8192  # bytes read at a time: a compressed chunk cannot grow past the cap by much
@@ -63,11 +65,18 @@ _REF = re.compile(
 
 
 class Deadline:
-    """One deadline for everything a command asks of registries; each request gets what is left."""
+    """One deadline for everything a command asks of registries, each request getting what is left, and
+    one byte budget for everything it reads (MAX_READ): a registry cannot keep a command busy or fill it."""
 
-    def __init__(self, seconds: float = DEFAULT_DEADLINE):
+    def __init__(self, seconds: float = DEFAULT_DEADLINE, budget: int | None = None):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
+        self.budget = MAX_READ if budget is None else budget
+
+    def spend(self, count: int, what: str) -> None:
+        self.budget -= count
+        if self.budget < 0:
+            raise RegistryDataRefused(f"{what}: this command has read over {MAX_READ >> 20} MiB from the registry: refused")
 
     def left(self, what: str) -> float:
         remaining = self.end - time.monotonic()
@@ -162,7 +171,10 @@ def plain_http_refusal(host: str, insecure: dict[str, bool] | None = None) -> st
 
 
 def parse_json(data: bytes, what: str) -> Any:
-    """JSON from a registry, nested at most MAX_DEPTH deep; RegistryDataRefused otherwise."""
+    """JSON from a registry, of at most MAX_NODES values (counted before parsing, so a hostile document is
+    refused before it takes memory or time) nested at most MAX_DEPTH deep; RegistryDataRefused otherwise."""
+    if data.count(b",") + data.count(b"[") + data.count(b"{") > MAX_NODES:
+        raise RegistryDataRefused(f"{what} holds more than {MAX_NODES:,} JSON values")
     try:
         value = json.loads(data)
     except RecursionError:
@@ -471,6 +483,8 @@ def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline 
             raise RegistryUnreachable(f"{what}: the answer broke off ({type(err).__name__})") from None
         if not chunk:
             return bytes(data)
+        if deadline:
+            deadline.spend(len(chunk), what)
         data += chunk
         if len(data) > limit:
             raise RegistryDataRefused(f"{what} is larger than {limit // 2**20} MiB")

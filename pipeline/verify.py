@@ -73,9 +73,11 @@ class RunSet:
 def read_signed(registry_client: registry.Registry, digest: str, key, label: str) -> tuple[list[Signed], int, set[str]]:
     """(the statements about `digest` whose signature `key` verifies, how many envelopes there were, the key
     ids the others name)."""
-    signed, others, envelopes = [], set(), referrers.envelopes_about(registry_client, digest)
-    for data in envelopes:
+    signed, others, count = [], set(), 0
+    for data in referrers.envelopes_about(registry_client, digest):  # one at a time: only its Signed record is kept
+        count += 1
         envelope = registry.parse_json(data, f"{label}: a statement envelope")
+        del data
         if not isinstance(envelope, dict):
             raise RegistryDataRefused(f"{label}: a statement envelope is not a JSON object")
         names = attest.signers_of(envelope)
@@ -89,7 +91,7 @@ def read_signed(registry_client: registry.Registry, digest: str, key, label: str
                 f"{label}: the signed {stmt.kind} statement is about {stmt.digest}, not {digest}: copied from another image"
             )
         signed.append(stmt)
-    return signed, len(envelopes), others
+    return signed, count, others
 
 
 def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> RunSet:

@@ -237,6 +237,28 @@ def test_a_100_mb_page_is_refused_and_verify_stays_small(server, keys):
     print(f"verify against a 100 MB page: {seconds:.2f} s, peak {peak_mb} MB")
 
 
+@pytest.mark.parametrize(
+    ("envelope", "said"),
+    [
+        (b'{"payload": "", "signatures": [], "junk": [' + b"[]," * (16 * 2**20 // 3 - 20) + b"[]]}", "JSON values"),
+        (b'{"payload": "", "signatures": [], "junk": "' + b"a" * (16 * 2**20 - 60) + b'"}', "over 128 MiB"),
+    ],
+    ids=["nested-lists", "long-strings"],
+)
+def test_200_envelopes_of_16_mib_are_refused_within_the_deadline_and_250_mb(server, keys, envelope, said):
+    """The attack that took 2.8 GB (and past 120 s against a registry that answers /v2/): 200 referrers of
+    16 MiB envelopes. Nested lists are refused by their value count before parsing; long strings by the
+    command's byte budget; envelopes are read one at a time."""
+    digest, _ = image(server)
+    (one,) = artifacts(server, digest, [("test-result", envelope)], "x")
+    list_referrers(server, digest, [one] * 200)
+    server.routes["/v2/"] = (200, {}, b"{}")
+    done, seconds, peak_mb = verify_cli(server, "--timeout", "30", key=keys[1])
+    one_line(done, 1, "registry data refused")
+    assert said in done.stderr and seconds < 30 and peak_mb < 250, (seconds, peak_mb, done.stderr)
+    print(f"200 envelopes of 16 MiB ({said}): {seconds:.1f} s, peak {peak_mb} MB")
+
+
 def test_ten_thousand_referrers_are_refused(server, keys):
     digest, _ = image(server)
     entry = {"mediaType": registry.OCI_MANIFEST, "digest": "sha256:" + "f" * 64, "size": 1, "artifactType": ENVELOPE_MEDIA_TYPE}
