@@ -99,6 +99,8 @@ def host_gpu_count() -> int:
 
 def registry_security(client) -> dict[str, bool]:
     """Registry host -> whether the Docker daemon speaks TLS to it (`docker info`'s IndexConfigs: what
-    daemon.json's insecure-registries made insecure)."""
-    configs = (client.info().get("RegistryConfig") or {}).get("IndexConfigs") or {}
-    return {str(name): bool(config.get("Secure", True)) for name, config in configs.items() if isinstance(config, dict)}
+    daemon.json's insecure-registries made insecure), and each insecure CIDR -> False."""
+    registry = client.info().get("RegistryConfig") or {}
+    configs = registry.get("IndexConfigs") or {}
+    secure = {str(name): bool(config.get("Secure", True)) for name, config in configs.items() if isinstance(config, dict)}
+    return secure | {str(cidr): False for cidr in registry.get("InsecureRegistryCIDRs") or [] if isinstance(cidr, str)}

@@ -58,8 +58,13 @@ DEFAULT_DEADLINE = DEADLINES["verify"]  # seconds for a whole verify (build.py v
 REQUEST_TIMEOUT = DEADLINES["registry request"]  # seconds for one request to connect or to send its next bytes
 CHUNK = 8192  # bytes read at a time: a compressed chunk cannot grow past the cap by much
 
+# The distribution spec's reference grammar, and nothing else: no userinfo, '#', '?', '\\', spaces or
+# percent-escapes anywhere, so the host a rule is decided on is the host every client connects to.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]{{1,5}})?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REF = re.compile(
-    r"^(?:(?P<host>[^/]+\.[^/]+|[^/]+:\d+|localhost)/)?(?P<repo>[a-z0-9][a-z0-9._/-]*)"
+    rf"^(?:(?P<host>{_HOST})/)?(?P<repo>{_COMPONENT}(?:/{_COMPONENT})*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
 
@@ -137,10 +142,14 @@ class ImageRef:
 
 def parse_ref(text: str) -> ImageRef:
     """HOST/REPO:TAG or HOST/REPO@sha256:…; Docker Hub names as docker pull reads them."""
-    match = _REF.match(text.strip())
+    match = _REF.fullmatch(text.strip())
     if not match:
-        raise UsageError(f"{text!r} is not an image reference; write HOST/REPO:TAG or HOST/REPO@sha256:<hex>")
+        raise UsageError(f"{text[:200]!r} is not an image reference; write HOST/REPO:TAG or HOST/REPO@sha256:<hex>")
     host, repo = match["host"] or "docker.io", match["repo"]
+    if match["host"] and not ("." in host or ":" in host or host == "localhost"):  # Docker's rule: a path component
+        if not re.fullmatch(_COMPONENT, host):
+            raise UsageError(f"{text[:200]!r} is not an image reference; write HOST/REPO:TAG or HOST/REPO@sha256:<hex>")
+        host, repo = "docker.io", f"{host}/{repo}"
     if host == "docker.io" and "/" not in repo:
         repo = f"library/{repo}"
     return ImageRef(host, repo, match["digest"] or match["tag"] or "latest")
@@ -151,7 +160,9 @@ def plain_http_refusal(host: str, insecure: dict[str, bool] | None = None) -> st
     any registry whose address resolves into 127.0.0.0/8 or that its daemon.json lists as insecure; only
     a registry written as loopback (localhost, 127.0.0.1, [::1]) may be spoken to that way.
     `insecure`: Docker's own view, host -> secure (docker_env.registry_security)."""
-    ref = ImageRef(host, "x", "x")
+    ref = parse_ref(f"{host}/x")  # the one grammar: a host with userinfo or a path is refused here
+    if ref.host != host:
+        raise UsageError(f"--registry {host[:200]!r}: not a registry host; write HOST[:PORT]")
     if ref.loopback:
         return None
     if insecure is not None and insecure.get(host) is False:
@@ -160,13 +171,20 @@ def plain_http_refusal(host: str, insecure: dict[str, bool] | None = None) -> st
         infos = socket.getaddrinfo(ref.hostname, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         return None  # does not resolve: the push fails on its own, over nothing
-    addresses = {str(info[4][0]).split("%")[0] for info in infos}
-    loopback = sorted(a for a in addresses if ipaddress.ip_address(a).is_loopback)
+    addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+    loopback = sorted(str(a) for a in addresses if a.is_loopback)
     if loopback:
         return (
             f"{host} is not written as a loopback address but resolves to {', '.join(loopback)}, so Docker would "
             f"push to it without TLS; write the registry as 127.0.0.1:PORT or localhost:PORT"
         )
+    for cidr, secure in (insecure or {}).items():
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            continue  # a host name, checked above
+        if not secure and any(a in network for a in addresses):
+            return f"{host} resolves into {cidr}, which the Docker daemon lists as insecure (daemon.json), so it would push there without TLS"
     return None
 
 
@@ -254,6 +272,7 @@ class Registry:
         self.session = requests.Session()
         self.session.trust_env = False  # no proxy or .netrc credentials from the environment: the login below only
         self.authorization: str | None = None  # sent to this registry's host only
+        self.may_push = False  # whether that authorization was asked with the push scope
         self.login_problem = ""
 
     @property
@@ -281,11 +300,13 @@ class Registry:
         try:
             resp = self._send(method, url, what, dict(kwargs))
             challenge = resp.headers.get("WWW-Authenticate", "")
-            if resp.status_code == 401 and not self.authorization and challenge:
+            push = method not in ("GET", "HEAD")
+            if resp.status_code == 401 and challenge and (not self.authorization or push and not self.may_push):
                 if _netloc(resp.url) != self.own:  # a redirect elsewhere asks for a login: never ours to give
                     self.login_problem = f"{_netloc(resp.url)}, not the registry, asked for a login; none was sent"
-                else:
-                    self._login(challenge, method not in ("GET", "HEAD"), what)
+                else:  # a pull token does not push: a write asks again, with the push scope
+                    self.authorization, self.may_push = None, push
+                    self._login(challenge, push, what)
                     if self.authorization:
                         resp.close()
                         resp = self._send(method, url, what, dict(kwargs))
@@ -293,6 +314,12 @@ class Registry:
             raise RegistryUnreachable(
                 f"cannot reach the registry {self.ref.host}: {str(err).splitlines()[0][:160]}; is it running, and is the name right?"
             ) from None
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            resp.close()
+            raise RegistryDataRefused(
+                f"{what}: the registry answered with Content-Encoding {encoding[:40]!r}, not the identity asked for"
+            )
         return resp
 
     def _login(self, challenge: str, push: bool, what: str) -> None:

@@ -52,6 +52,9 @@ def check_request(config: Request, gpus: int) -> None:
         )
     if config.registry is not None and not config.push:
         raise UsageError("--registry is only used with --push; add --push or drop --registry")
+    where = registry.parse_ref(f"{config.registry or 'localhost'}/{config.repo}")  # the one grammar, for every push path
+    if config.registry is not None and where.host != config.registry:
+        raise UsageError(f"--registry {config.registry[:200]!r}: not a registry host; write HOST[:PORT]")
     if config.compression != "gzip":
         if not config.push:
             raise UsageError(f"--compression {config.compression} is only used with --push; add --push or drop it")

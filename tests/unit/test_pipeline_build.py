@@ -243,6 +243,15 @@ def test_push_without_gpu_needs_explicit_consent(matrix, cu128):
     check_request(config, gpus=2)
 
 
+@pytest.mark.parametrize(
+    ("registry", "repo"), [("127.0.0.1:5055@192.0.2.2", "proven-torch"), ("localhost:5000", "Proven/../x"), ("h.example#x", "r")]
+)
+def test_a_registry_or_repo_outside_the_reference_grammar_is_refused_before_the_build(matrix, cu128, registry, repo):
+    config = Request(matrix=matrix, variant=cu128, push=True, registry=registry, repo=repo, allow_cpu_validation=True)
+    with pytest.raises(UsageError, match="not an image reference|not a registry host"):
+        check_request(config, gpus=0)
+
+
 # --- the CLI, end to end, as a user runs it ----------------------------------------
 
 

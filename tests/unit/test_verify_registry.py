@@ -15,11 +15,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from pipeline import attest, index_push, registry, statements, verify, zstd_push
-from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable
+from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.image_statements import image_statements
 from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from pipeline.statements import Subject
@@ -49,7 +50,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    do_GET = do_HEAD = answer  # noqa: N815
+    do_GET = do_HEAD = do_PUT = answer  # noqa: N815
 
     def log_message(self, *args):
         pass
@@ -233,7 +234,7 @@ def test_a_100_mb_page_is_refused_and_verify_stays_small(server, keys):
     server.put(f"referrers/{digest}", gzip.compress(page, 1), registry.OCI_INDEX, **{"Content-Encoding": "gzip"})
     done, seconds, peak_mb = verify_cli(server, key=keys[1])
     one_line(done, 1, "registry data refused: the referrers of")
-    assert "larger than 4 MiB" in done.stderr and seconds < 30 and peak_mb < 200, (seconds, peak_mb)
+    assert "Content-Encoding 'gzip'" in done.stderr and seconds < 30 and peak_mb < 200, (seconds, peak_mb)
     print(f"verify against a 100 MB page: {seconds:.2f} s, peak {peak_mb} MB")
 
 
@@ -457,3 +458,55 @@ def test_a_push_to_a_name_that_resolves_to_loopback_or_that_docker_calls_insecur
         "registry.lan:5000", {"registry.lan:5000": False}
     )
     assert registry.plain_http_refusal("unresolvable.invalid:5000", {}) is None  # the push fails on its own
+    assert "resolves into 192.0.2.0/24, which the Docker daemon lists as insecure" in registry.plain_http_refusal(
+        "192.0.2.7:5000", {"192.0.2.0/24": False}
+    )
+    assert registry.plain_http_refusal("192.0.2.7:5000", {"198.51.100.0/24": False}) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["127.0.0.1:5055@192.0.2.2/x:y", "user:pw@registry.example/x", "registry.example/x#y", "registry.example/x?y=1",
+     "registry.example\\x/y", "registry.example/x y", "registry.example/%78"],
+)  # fmt: skip
+def test_a_reference_outside_the_distribution_grammar_is_refused_before_any_request(text):
+    """127.0.0.1:5055@192.0.2.2 was read as loopback (plain HTTP, no TLS) while requests went to 192.0.2.2."""
+    with pytest.raises(UsageError, match="not an image reference"):
+        registry.parse_ref(text)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:5055@192.0.2.2", "user:pw@registry.example", "registry.example/x"])
+def test_a_registry_host_outside_the_grammar_is_refused_before_the_build(host):
+    with pytest.raises(UsageError):
+        registry.plain_http_refusal(host)
+
+
+def test_a_pull_token_is_asked_again_with_the_push_scope_for_a_write(server):
+    """A registry with a token service: reading gets a pull token; the first write asks again for pull,push."""
+    scopes: list[str] = []
+
+    def token(handler):
+        scopes.append(parse_qs(urlparse(handler.path).query)["scope"][0])
+        _json(handler, {"token": f"t{len(scopes)}"})
+
+    def guarded(handler):
+        wanted = "Bearer t2" if handler.command == "PUT" else "Bearer t1"
+        if handler.headers.get("Authorization") not in (wanted, "Bearer t2"):
+            return _unauthorized(handler, f'Bearer realm="http://{server.host}/token",service="s"')
+        handler.send_response(201)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    server.routes["/token"] = token
+    server.routes[f"/v2/{REPO}/manifests/t"] = guarded
+    client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:t"))
+    client.request("GET", "manifests/t").close()
+    client.put_manifest("t", b"{}", registry.OCI_MANIFEST)
+    assert scopes == [f"repository:{REPO}:pull", f"repository:{REPO}:pull,push"]
+
+
+def test_a_compressed_answer_is_refused(server):
+    digest, _ = image(server)
+    server.put("manifests/gz", gzip.compress(b"{}"), registry.OCI_MANIFEST, **{"Content-Encoding": "gzip"})
+    with pytest.raises(RegistryDataRefused, match="Content-Encoding 'gzip'"):
+        registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:gz")).manifest("gz")
