@@ -91,7 +91,7 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("keygen", "--encrypt", action="store_true")
     add("verify", "image_ref", metavar="IMAGE_REF")
     add("sign withdraw attach", "signed_ref", metavar="IMAGE@DIGEST")
-    add("verify", "--key", type=Path, required=True, metavar="PUBKEY")
+    add("verify", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
     add("verify sign", "--require-gpu", action="store_true")
     add("verify", "--expect-line", metavar="LINE")
     add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")

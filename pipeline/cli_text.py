@@ -90,6 +90,6 @@ HELP = {  # every flag's help, the same for each command that takes it
     "with --push (default: $PROVEN_TORCH_SIGN_KEY; none: unsigned); sign: required (default: $PROVEN_TORCH_SIGN_KEY)",
     "directory": "an empty folder for the new key pair, outside the checkout (e.g. ~/.config/proven-torch)",
     "image_ref": "the pushed image, HOST/REPO:TAG or HOST/REPO@sha256:<hex>; a multi-arch index: every child is checked",
-    "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with",
+    "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with; give it twice to accept either of two (a key rotation)",
     "--require-gpu": "fail unless the proof ran on a GPU (a CPU-only proof's WARNED result is then not enough)",
 }

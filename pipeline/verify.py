@@ -70,9 +70,23 @@ class RunSet:
         return self.by_kind[kind].record
 
 
-def read_signed(registry_client: registry.Registry, digest: str, key, label: str) -> tuple[list[Signed], int, set[str]]:
-    """(the statements about `digest` whose signature `key` verifies, how many envelopes there were, the key
-    ids the others name)."""
+@dataclass(frozen=True)
+class Keys:
+    """The public keys a statement may be signed with: one, or the old and the new during a rotation."""
+
+    keys: tuple
+
+    def named(self, keyids: set[str]):
+        """The key among these that an envelope names, or None."""
+        return next((k for k in self.keys if k.keyid in keyids), None)
+
+    def __str__(self) -> str:
+        return " or ".join(f"{k.keyid[:16]}…" for k in self.keys)
+
+
+def read_signed(registry_client: registry.Registry, digest: str, key: Keys, label: str) -> tuple[list[Signed], int, set[str]]:
+    """(the statements about `digest` whose signature one of `key` verifies, how many envelopes there were, the
+    key ids the others name)."""
     signed, others, count = [], set(), 0
     for data in referrers.envelopes_about(registry_client, digest):  # one at a time: only its Signed record is kept
         count += 1
@@ -81,10 +95,11 @@ def read_signed(registry_client: registry.Registry, digest: str, key, label: str
         if not isinstance(envelope, dict):
             raise RegistryDataRefused(f"{label}: a statement envelope is not a JSON object")
         names = attest.signers_of(envelope)
-        if key.keyid not in names:
+        opener = key.named(names)
+        if opener is None:
             others |= {k[:16] for k in names}
             continue
-        payload = attest.open_envelope(envelope, key, f"{label}: a statement")
+        payload = attest.open_envelope(envelope, opener, f"{label}: a statement")
         stmt = read_statement(registry.parse_json(payload, f"{label}: a signed statement"), f"{label}: a signed statement")
         if stmt.digest != digest:
             raise NotVerified(
@@ -139,7 +154,7 @@ def signed_statements(
         )
     if not signed:
         raise NotVerified(
-            f"{label}: none of its {count} statements is signed by key {key.keyid[:16]}… "
+            f"{label}: none of its {count} statements is signed by key {key} "
             f"(they name key {', '.join(sorted(others)) or 'none'}…): the wrong public key, or signed by someone else"
         )
     return deciding_run(signed, kinds, label)
@@ -203,7 +218,13 @@ def lapsed(vulns: Vulns, today: dt.date) -> list[str]:
 
 
 def check_image(
-    registry_client: registry.Registry, digest: str, body: bytes, key, policy: Policy, label: str, asked: registry.ImageRef | None
+    registry_client: registry.Registry,
+    digest: str,
+    body: bytes,
+    key: Keys,
+    policy: Policy,
+    label: str,
+    asked: registry.ImageRef | None,
 ) -> dict:
     """One image's statements judged; `asked`: the reference the user gave, when it names this image itself
     (an index's children are reached through the index, whose provenance answers for the tag)."""
@@ -236,14 +257,16 @@ def check_image(
     return summary(digest, runset)
 
 
-def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout: float = registry.DEFAULT_DEADLINE) -> dict:
+def verify(
+    image_ref: str, key_paths: Path | list[Path], policy: Policy | None = None, timeout: float = registry.DEFAULT_DEADLINE
+) -> dict:
     """Everything checked, as a record (verified: True); NotVerified at the first thing that does not hold."""
     policy = policy or Policy()
     if policy.max_age_days < 1:
         raise UsageError(f"--max-age {policy.max_age_days}: give a number of days, at least 1")
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
-    key = attest.load_public_key(key_path)
+    key = Keys(tuple(attest.load_public_key(path) for path in ([key_paths] if isinstance(key_paths, Path) else key_paths)))
     ref = registry.parse_ref(image_ref)
     client = registry.Registry(ref, registry.Deadline(timeout))
     found = client.manifest(ref.reference)
@@ -255,7 +278,7 @@ def verify(image_ref: str, key_path: Path, policy: Policy | None = None, timeout
         "verified": True,
         "ref": str(ref),
         "digest": digest,
-        "keyid": key.keyid,
+        "keyids": [k.keyid for k in key.keys],
         "require_gpu": policy.require_gpu,
         "images": images,
     }
@@ -348,7 +371,8 @@ def summary(digest: str, runset: RunSet) -> dict:
 
 def screen(record: dict) -> list[str]:
     """One screen: what was proven, where, when, from which revision, the figures, the accepted advisories."""
-    lines = [f"VERIFIED {record['ref']}", f"  digest      {record['digest']}", f"  signed by   key {record['keyid'][:16]}…"]
+    keys = " or ".join(f"{k[:16]}…" for k in record["keyids"])
+    lines = [f"VERIFIED {record['ref']}", f"  digest      {record['digest']}", f"  signed by   key {keys}"]
     if "index" in record:
         idx = record["index"]
         lines.append(f"  index       {idx['test_result']['result']}; {len(record['images'])} image(s), each checked below")
@@ -390,6 +414,6 @@ def _image_lines(image: dict) -> list[str]:
     return lines
 
 
-def verify_and_show(image_ref: str, key_path: Path, policy: Policy, timeout: float, as_json: bool = False) -> list[str]:
-    record = verify(image_ref, key_path, policy, timeout)
+def verify_and_show(image_ref: str, key_paths: list[Path], policy: Policy, timeout: float, as_json: bool = False) -> list[str]:
+    record = verify(image_ref, key_paths, policy, timeout)
     return [json.dumps(record, indent=2)] if as_json else screen(record)

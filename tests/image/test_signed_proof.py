@@ -242,6 +242,16 @@ def test_the_wrong_public_key_is_caught(sign_keys, tiny, tmp_path):
     refused(verify_cli(ref, "--key", str(other_public)), 1, "none of its 6 statements is signed by key", "wrong public key")
 
 
+def test_during_a_key_rotation_either_key_verifies_and_neither_alone_is_another(sign_keys, tiny, tmp_path):
+    image_id, digest, ref = tiny("rotation")
+    sign(sign_keys, tmp_path, ref, digest, image_id)  # signed with the old key
+    _, new_public, _ = attest.keygen(tmp_path / "new")
+    refused(verify_cli(ref, "--key", str(new_public)), 1, "none of its 6 statements is signed by key")
+    done = verify_cli(ref, "--key", str(new_public), "--key", str(sign_keys["public"]))
+    assert done.returncode == 0, done.stderr
+    assert f"{attest.load_public_key(sign_keys['public']).keyid[:16]}…" in done.stdout
+
+
 def test_an_image_pushed_unsigned_is_caught(tiny, sign_keys):
     _, digest, ref = tiny("unsigned")
     refused(
