@@ -3,7 +3,7 @@
 
     python scripts/predicates-from-report.py index OUT --ref REF --digest DIGEST CHILD_OUT...
 
-Each CHILD_OUT is what `build.py sign IMAGE@DIGEST --report R [--proof P] --predicates CHILD_OUT` wrote
+Each CHILD_OUT is what `build.py sign IMAGE@DIGEST --report R [--proof P] --prepare CHILD_OUT` wrote
 for one architecture's image (its six predicates, checked as signing checks them, and subject.json and
 validation.json). The index's test result is the worst of their results, each test named by its
 architecture ("arm64/smoke/gpu"), as pipeline.image_statements.index_statements makes it; OUT gets

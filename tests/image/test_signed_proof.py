@@ -467,7 +467,7 @@ def test_an_edited_report_naming_another_images_digest_is_refused(sign_keys, tin
 
 
 def test_the_build_own_proof_signs_and_writes_cosigns_predicates_of_the_same_statements(sign_keys, tiny, tmp_path):
-    """Without --proof, the build's own validation (ran_in: the validated image) is what is signed; --predicates
+    """Without --proof, the build's own validation (ran_in: the validated image) is what is signed; --prepare
     writes the predicates cosign attests, the same statements; without a key only those."""
     digest, ref, report, _ = release_build(tiny, tmp_path, "own-proof")
     only = tmp_path / "only-predicates"

@@ -1,10 +1,11 @@
 """The layout's rules, read from the code's own imports (every import, those inside functions too):
 which package may import which, the layers inside pipeline/, no cycle anywhere, and scripts/ on the
-pipeline's public functions only. docs/architecture.md draws the same layers."""
+pipeline's public functions only. The layer map is docs/architecture.md's table, read here."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -18,28 +19,22 @@ pytestmark = pytest.mark.unit
 IN_IMAGE = ("smoke", "ppo_bench", "rlhf_bench", "container")  # copied into the image; they never see pipeline/
 OURS = ("common", *IN_IMAGE, "pipeline", "build", "scripts")
 
-# pipeline/, bottom to top: a module imports its own layer or lower ones, never a higher one.
-PIPELINE_LAYERS: list[tuple[str, set[str]]] = [
-    ("foundations: errors, the matrix, host processes, what statements say", {
-        "pipeline", "pipeline.errors", "pipeline.variants", "pipeline.hostprocs", "pipeline.cli_text",
-        "pipeline.docker_env", "pipeline.statements", "pipeline.records",
-    }),
-    ("files, keys and the one registry client", {
-        "pipeline.lock", "pipeline.render", "pipeline.containers", "pipeline.labels", "pipeline.tags",
-        "pipeline.attest", "pipeline.registry", "pipeline.html_report", "pipeline.validation", "pipeline.examples",
-        "pipeline.validation.advisories", "pipeline.validation.size",
-    }),
-    ("checks and transports", {
-        "pipeline.validation.audit", "pipeline.validation.hygiene", "pipeline.validation.sbom", "pipeline.build_image",
-        "pipeline.listing", "pipeline.referrers", "pipeline.push", "pipeline.zstd_push", "pipeline.index_push",
-    }),
-    ("stages", {
-        "pipeline.validation.gate", "pipeline.target", "pipeline.request", "pipeline.stamp",
-        "pipeline.publish", "pipeline.verify", "pipeline.run_facts", "pipeline.image_statements", "pipeline.signing",
-        "pipeline.withdraw",
-    }),
-    ("runs and commands", {"pipeline.line", "pipeline.all_lines", "pipeline.commands", "pipeline.here"}),
-]  # fmt: skip
+# pipeline/, bottom to top, as docs/architecture.md writes it (the one copy): a module imports its own
+# layer or lower ones, never a higher one.
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+
+
+def layer_map() -> list[tuple[str, set[str]]]:
+    text = ARCHITECTURE.read_text()
+    table = text.split("<!-- layers: read by tests/unit/test_layers.py -->", 1)[1].split("<!-- /layers -->", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.strip().splitlines()[2:]]
+    return [
+        (name.strip(), {f"pipeline.{m}" if m != "pipeline" else m for m in re.findall(r"`([\w.]+)`", modules)})
+        for name, modules in rows
+    ]
+
+
+PIPELINE_LAYERS = layer_map()
 # What scripts/ may import from pipeline/: the functions build.py's commands use, and the data they pass.
 PUBLIC = {
     "pipeline", "pipeline.errors", "pipeline.variants", "pipeline.statements", "pipeline.publish", "pipeline.registry",

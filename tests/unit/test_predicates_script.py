@@ -1,6 +1,6 @@
 """scripts/predicates-from-report.py: a multi-arch index's test result for cosign is the one build.py signs
 (pipeline.image_statements.index_statements), and a later proof's record is the one Validation makes.
-An image's own predicates are `build.py sign --predicates DIR`'s, checked as signing checks them
+An image's own predicates are `build.py sign --prepare DIR`'s, checked as signing checks them
 (tests/image/test_signed_proof.py)."""
 
 from __future__ import annotations
