@@ -1,5 +1,5 @@
-"""Every wait of the code in the image, from one table, and whether this process runs under
-emulation (which stretches each of them). The host's pipeline reads the same scale for the stages
+"""Every wait of the project, the image's and the host's, from one table, and whether this process runs
+under emulation (which stretches the image's). The host's pipeline reads the same scale for the stages
 it runs in an emulated image. Standard library only.
 """
 
@@ -29,6 +29,20 @@ DEADLINES: dict[str, float] = {
     "stop_grace": 10.0,
     # stopping on the way out (an error or Ctrl-C while waiting, a command's exit): from SIGTERM to SIGKILL
     "quick_stop": 2.0,
+    # The host's pipeline (pipeline.hostprocs runs each host command at most this long, then stops it with its
+    # children; generous: a cold build of a torch line is 3-15 minutes native, about an hour under qemu):
+    "docker build": 4 * 3600,
+    "docker push": 2 * 3600,  # per tag, through the SDK (checked between progress events)
+    "skopeo copy": 2 * 3600,
+    "skopeo inspect": 300,
+    "docker manifest": 300,
+    "uv pip compile": 600,
+    "git": 10,
+    "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
+    # and its waits on the network (pipeline.registry, pipeline.here)
+    "verify": 30,  # everything one registry command asks of registries (--timeout)
+    "index probe": 5,  # `build.py list --here`: one wheel index asked whether it answers
+    "registry request": 30,  # one registry request, to connect or to send its next bytes
 }
 
 

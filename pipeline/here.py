@@ -1,7 +1,7 @@
 """Can this host build a line, and if not, why and what to do (`build.py list --here`): the same checks
 `build.py build` makes before it builds (the wheel index's reach, qemu for another platform, Docker),
 and what it would validate on (a GPU, or the CPU only). Probed only when asked; every probe bounded
-(hostprocs.DEADLINES "index probe", each distinct index once, at the same time)."""
+(common.deadlines.DEADLINES "index probe", each distinct index once, at the same time)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import concurrent.futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common.deadlines import DEADLINES
 from pipeline import build_image, docker_env
 from pipeline.errors import PipelineError
-from pipeline.hostprocs import DEADLINES
 from pipeline.request import emulation_problem, host_platform
 from pipeline.variants import Matrix, Variant, arch
 

@@ -1,7 +1,7 @@
 """The one way the pipeline runs a program on the host, and the one place Ctrl-C becomes `Interrupted`.
 
 Every host command (docker build, skopeo, `docker manifest`, uv, git) runs through
-`run_host`: in a session of its own, with a deadline taken from `DEADLINES`, and at
+`run_host`: in a session of its own, with a deadline taken from `common.deadlines.DEADLINES`, and at
 that deadline, on an error or on Ctrl-C, stopped together with every process it
 started (common.procs.run_bounded: SIGTERM, SIGKILL after a grace period). Steps that
 talk to the daemon through the SDK (containers, pushes) wrap themselves in `step()`.
@@ -18,26 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from common.deadlines import DEADLINES
 from common.procs import run_bounded
 from pipeline.errors import Interrupted
 
-# Seconds each kind of host command may run before it is stopped with its children.
-# Generous: a cold build of a torch line is 3-15 minutes native, about an hour under qemu.
-DEADLINES: dict[str, float] = {
-    "docker build": 4 * 3600,
-    "docker push": 2 * 3600,  # per tag, through the SDK (checked between progress events)
-    "skopeo copy": 2 * 3600,
-    "skopeo inspect": 300,
-    "docker manifest": 300,
-    "uv pip compile": 600,
-    "git": 10,
-    "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
-    # Not host commands, but waits of the pipeline all the same (pipeline.registry):
-    "verify": 30,  # everything one `build.py verify` asks of registries (--timeout)
-    "index probe": 5,  # `build.py list --here`: one wheel index asked whether it answers
-    "registry request": 30,  # one registry request, to connect or to send its next bytes
-}
-GRACE_S = 10.0  # between SIGTERM and SIGKILL
+GRACE_S = DEADLINES["stop_grace"]  # between SIGTERM and SIGKILL
 
 
 @dataclass(frozen=True)

@@ -65,13 +65,13 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     signed: list[dict] = []
     zstd_digest = None
     key = request.sign_key
-    client_of_ref = registry.Registry(registry.parse_ref(f"{target.ref}:{tagged.tags[0]}"))
+    destination = registry.Registry(registry.parse_ref(f"{target.ref}:{tagged.tags[0]}"))  # one session, one login
 
     def sign_what_is_pushed() -> None:
         assert key is not None
         for digest in dict.fromkeys(refs.values()):
             stmts = image_statements(target.run_dir, Subject(target.ref, digest))
-            signed.append(sign_digest(key, client_of_ref, digest, stmts))
+            signed.append(sign_digest(key, destination, digest, stmts))
 
     try:
         for local, remote, form in to_push:
@@ -95,10 +95,10 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
         sbom_where = {"pushed": True, "signed": True, "statements": [s["statements"]["sbom"] for s in signed]}
     else:
         sbom_file = target.run_dir / tagged.validation.sbom["file"]
-        sbom_where = registry.push_sbom(target.ref, refs[f"{target.ref}:{first_tag}"], sbom_file)
+        sbom_where = registry.push_sbom(destination, refs[f"{target.ref}:{first_tag}"], sbom_file)
     compressed = {}
     for _, remote, form in to_push:
-        if form not in compressed and (size := registry.compressed_bytes(target.ref, remote)) is not None:
+        if form not in compressed and (size := registry.compressed_bytes(destination, remote)) is not None:
             compressed[form] = size
             print(f"==> compressed size in the registry ({form}): {size / 1e9:.2f} GB", flush=True)
     pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held, signed=tuple(signed))

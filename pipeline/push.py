@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from common.deadlines import DEADLINES
 from pipeline import hostprocs
 from pipeline.docker_env import sdk_errors
 from pipeline.errors import Interrupted, PushFailed, ValidationFailed
@@ -52,7 +53,7 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
     last_report = 0.0
     digest = ""
     layers: dict[str, str] = {}
-    limit = hostprocs.DEADLINES["docker push"]
+    limit = DEADLINES["docker push"]
     try:
         with hostprocs.step(f"the push of {ref}:{tag}"):  # Ctrl-C: pipeline.line says what stays tagged and pushed
             for event in client.images.push(ref, tag=tag, stream=True, decode=True):

@@ -32,8 +32,8 @@ from urllib.parse import urljoin, urlparse
 import requests
 import urllib3
 
+from common.deadlines import DEADLINES
 from pipeline.errors import RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.hostprocs import DEADLINES
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -525,9 +525,8 @@ def fallback_tag(digest: str) -> str:
 # --------------------------------------------------------------------------- after a push
 
 
-def compressed_bytes(ref: str, tag: str) -> int | None:
+def compressed_bytes(registry: Registry, tag: str) -> int | None:
     """Sum of the pushed layers' compressed sizes, from the registry's manifest; None where it cannot be read."""
-    registry = Registry(parse_ref(f"{ref}:{tag}"))
     try:
         found = registry.manifest(tag)
         layers = as_dict(found[0], "the manifest").get("layers") if found else None
@@ -536,11 +535,11 @@ def compressed_bytes(ref: str, tag: str) -> int | None:
         return None
 
 
-def push_sbom(ref: str, image_digest: str, sbom_path: Path) -> dict:
+def push_sbom(registry: Registry, image_digest: str, sbom_path: Path) -> dict:
     """Attach the SBOM to the pushed image as an unsigned OCI artifact (tag sha256-<hex>.sbom, `subject` =
     the image): what an unsigned push does. Best effort: the result says where it went or why not; it
     never fails a validated push."""
-    registry = Registry(parse_ref(f"{ref}@{image_digest}"))
+    ref = registry.ref.name
     try:
         found = registry.manifest(image_digest)
         if found is None:
