@@ -96,7 +96,8 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("verify", "--expect-line", metavar="LINE")
     add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
     add("verify sign withdraw attach", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
-    add("sign", "--report", type=Path, required=True, metavar="REPORT_JSON")
+    add("sign", "--report", type=Path, metavar="REPORT_JSON")
+    add("sign", "--children", type=Path, nargs="+", metavar="DIR")
     add("sign", "--proof", type=Path, metavar="PROOF_JSON")
     add("sign", "--run-name", metavar="NAME")
     add("sign", "--prepare", type=Path, metavar="DIR")
@@ -200,10 +201,18 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         from pipeline.registry import parse_ref
         from pipeline.signing import SignRequest, sign_command
 
+        ref = parse_ref(args.signed_ref)
+        if args.children:  # a multi-arch index, from its children's prepared folders
+            from pipeline.signing import index_command
+
+            if args.prepare is None or args.report is not None or args.proof is not None:
+                raise UsageError("build.py sign --children: give --prepare DIR, and no --report or --proof (the children's are)")
+            return say(index_command(ref, args.children, args.prepare, args.timeout))
+        if args.report is None:
+            raise UsageError("build.py sign: give --report REPORT_JSON (the build's), or --children DIR DIR for an index")
         key = key_source(args.sign_key, args.sign_key_passphrase_file)
         if key is None and args.prepare is None:
             raise UsageError("build.py sign: give --sign-key PRIVATE_KEY (or set PROVEN_TORCH_SIGN_KEY), or --prepare DIR")
-        ref = parse_ref(args.signed_ref)
         request = SignRequest(ref, args.report, key, args.proof, args.require_gpu, args.run_name, args.timeout, args.prepare)
         return say(sign_command(request))
     if args.command == "attach":

@@ -81,6 +81,8 @@ HELP = {  # every flag's help, the same for each command that takes it
     "refused unless it passed",
     "--prepare": "write what signing needs into DIR: statements.json for a signer apart (`attach` takes its answer) and "
     "cosign's predicates of the same statements (predicates.tsv); without --sign-key, only those (checked the same way)",
+    "--children": "a multi-arch index: the folders `sign --prepare` wrote for each of its images (with --prepare: the index's "
+    "statements, checked against the index the registry holds)",
     "--prepared": "the folder `sign --prepare` wrote (statements.json)",
     "--signed": "the signer's answer (python -m pipeline.attest's JSON: keyid, envelopes, run, signed_at)",
     "--run-name": "a name for this signing run, signed as a label (e.g. the release workflow's run URL); the run's id and time are the signer's own",

@@ -1,7 +1,7 @@
 """What the six statements about a pushed image say (and an index's two), made from the typed records of
 its build's report folder (records.Facts, validation.json, the SBOM) and the proof that is signed
-(records.Proof): a push, a later `build.py sign` and scripts/predicates-from-report.py (cosign's
-predicates) all call these, so they say the same. The predicates' shapes are pipeline/statements.py's."""
+(records.Proof): a push, a later `build.py sign` and `build.py sign --prepare` (the release's, and
+cosign's predicates) all call these, so they say the same. The predicates' shapes are pipeline/statements.py's."""
 
 from __future__ import annotations
 

@@ -42,6 +42,11 @@ def arch_tag(tag: str, platform: str) -> str:
     return f"{tag}-{arch(platform)}"
 
 
+def plain_tag(tag: str) -> str:
+    """The tag an index carries for a per-architecture one: '2.11-cu130-arm64' -> '2.11-cu130'."""
+    return next((tag.removesuffix(f"-{arch(p)}") for p in PLATFORMS if tag.endswith(f"-{arch(p)}")), tag)
+
+
 def plan_index(platforms: tuple[str, ...], pushed: dict[str, Child]) -> list[Child]:
     """The index's children in the line's platform order; refused when a platform was not validated and pushed."""
     missing = [p for p in platforms if p not in pushed]

@@ -10,13 +10,13 @@
 A file that is missing, not JSON, or has a field of the wrong type is one line naming the file and the
 field (UsageError, exit 2). `bind` is the check `build.py sign` makes before anything is signed: the
 pushed digest's config is the stamped image, the proof ran in that image, for that line, and listed
-every check. Standard library only (scripts/predicates-from-report.py and the signer read these too).
+every check. Standard library only (the signer process imports it too).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -162,25 +162,14 @@ class Facts:
     stamped_image_id: str
 
     def as_dict(self) -> dict:
-        return {
-            "command": list(self.command),
-            "commit": self.commit,
-            "started": self.started,
-            "finished": self.finished,
-            "invocation": self.invocation,
-            "tools": self.tools,
-            "dependencies": list(self.dependencies),
-            "line": self.line,
-            "flavor": self.flavor,
-            "platform": self.platform,
-            "ref": self.ref,
-            "tags": list(self.tags),
-            "stamped_image_id": self.stamped_image_id,
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def load(cls, path: Path) -> Facts:
-        raw = load(path, "run facts (written at push)")
+        return cls.read(load(path, "run facts (written at push)"), path)
+
+    @classmethod
+    def read(cls, raw: dict, path: Path) -> Facts:
         r = Reader(f"{path} (run facts)")
         deps = r.items(raw, "dependencies")
         if not all(isinstance(d, dict) and isinstance(d.get("uri"), str) for d in deps):
@@ -223,7 +212,13 @@ class Proof:
     def later(cls, path: Path) -> Proof:
         """A later proof: proof.json of `proof --out DIR`, with ran.json beside it (scripts/prove.sh writes both)."""
         raw = load(path, "proof record")
-        return cls.read(raw, path, Ran.load(path.with_name(RAN)).image_id, own=False)
+        ran = path.with_name(RAN)
+        if not ran.is_file():
+            raise NotVerified(
+                f"sign refused: {path} has no {RAN} beside it, the record of the image it ran in that whatever ran it "
+                "writes outside the container (scripts/prove.sh): a proof bound to no image"
+            )
+        return cls.read(raw, path, Ran.load(ran).image_id, own=False)
 
     @classmethod
     def of_build(cls, folder: Path) -> Proof:

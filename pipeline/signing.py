@@ -19,9 +19,9 @@ from pathlib import Path
 import requests
 
 from common.cli import atomic_write
-from pipeline import attest, referrers, registry, statements
+from pipeline import attest, index_push, referrers, registry, statements
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
-from pipeline.image_statements import image_statements, proven_validation
+from pipeline.image_statements import image_statements, index_statements, proven_validation
 from pipeline.records import FACTS, Facts, Proof, Report, bind, load, write
 from pipeline.statements import Subject
 
@@ -108,7 +108,8 @@ def sign_command(req: SignRequest) -> list[str]:
             "flavor": facts.flavor,
         }
         write(req.prepare / PREPARED, {"subject": subject, "statements": stmts})
-        write_predicates(req.prepare, stmts, {"subject": subject, "validation": proven_validation(report.folder, proof)})
+        extra = {"subject": subject, "validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
+        write_predicates(req.prepare, stmts, extra)
         lines.append(
             f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"
         )
@@ -118,6 +119,40 @@ def sign_command(req: SignRequest) -> list[str]:
             f"==> {ref}: six statements signed (run {record['run']}, {record['signed_at']}), replacing any an earlier run signed"
         )
     return lines
+
+
+def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, timeout: float) -> list[str]:
+    """`build.py sign INDEX@DIGEST --children DIR DIR --prepare OUT`: a multi-arch index's two statements
+    (provenance, the children's combined test result) prepared from what `sign --prepare` wrote for each of
+    its children, only when the index in the registry lists exactly those children, all of one line."""
+    if not ref.is_digest:
+        raise UsageError(f"{ref}: prepare an index by digest (HOST/REPO@sha256:...), not a tag")
+    client = registry.Registry(ref, registry.Deadline(timeout))
+    found = client.manifest(ref.reference)
+    if found is None or found[1] not in registry.INDEXES:
+        raise UsageError(f"{ref}: the registry has no index by that digest")
+    listed = {
+        d["digest"]
+        for d in registry.descriptors(registry.as_dict(found[0], str(ref)).get("manifests"), str(ref))
+        if (d.get("platform") or {}).get("architecture") not in (None, "unknown")
+    }
+    about = []
+    for child in children:
+        subject = load(child / "subject.json", "child's subject")
+        about.append({**subject, "validation": load(child / "validation.json", "child's validation record")})
+    named, lines = {str(c.get("digest")) for c in about}, {str(c.get("variant")) for c in about}
+    if named != listed or len(lines) != 1 or any(c.get("name") != ref.name for c in about):
+        raise NotVerified(
+            f"sign refused: {ref} lists {', '.join(sorted(listed))[:200]}, but the prepared children name "
+            f"{', '.join(sorted(named))[:200]} of line(s) {', '.join(sorted(lines))}"
+        )
+    facts = Facts.read(load(children[0] / "facts.json", "child's run facts"), children[0] / "facts.json")
+    tags = [index_push.plain_tag(t) for t in facts.tags]
+    stmts = index_statements(Subject(ref.name, ref.reference), facts, tags, about)
+    subject = {"name": ref.name, "digest": ref.reference, "variant": facts.line, "children": sorted(named)}
+    write(prepare / PREPARED, {"subject": subject, "statements": stmts})
+    write_predicates(prepare, stmts, {"subject": subject})
+    return [f"==> {prepare}: the index's {PREPARED} for the signer and cosign's predicates ({PREDICATES_INDEX})"]
 
 
 def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, timeout: float) -> list[str]:

@@ -2,12 +2,12 @@
 result, benchmark, vulnerabilities and the VEX of accepted advisories. Pure functions, both ways:
 writing them from what the run knows, and reading signed ones back into typed records
 (`read_statement`) for `verify`. Signing is pipeline/attest.py, the registry side
-pipeline/referrers.py. Standard library only: a GPU runner without the host venv writes
-predicates with it (scripts/predicates-from-report.py).
+pipeline/referrers.py. Standard library only: the signer process imports it.
 
 Every statement's subject carries, inside the signed payload, the run it belongs to and when it
-was signed (RUN_ANNOTATION, SIGNED_ANNOTATION): `verify` orders by that time and takes one run's
-statements together, never an unsigned annotation of the registry's.
+was signed (RUN_ANNOTATION, SIGNED_ANNOTATION), stamped by the signer (stamp_run), never by its
+caller: `verify` orders by that time and takes one run's statements together, never an unsigned
+annotation of the registry's.
 
 The predicate types and the fields `verify` and the cluster policies (deploy/) read are named
 here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# A multi-arch line's plain tags (.github/workflows/release.yml, job `publish-multi-arch`): one index over
-# the signed amd64 and arm64 digests, under the immutable tag first; read back (exactly those two
-# digests); its children's combined test result written into index/ (from the predicates their prepare
-# jobs wrote: amd64-predicates/, arm64-predicates/) for the keyless job attest-index; then the moving tags.
-#   release-index.sh AMD64_RELEASE_JSON ARM64_RELEASE_JSON
+# A multi-arch line's plain tags (.github/workflows/release.yml): one index over the signed amd64 and arm64
+# digests, each tag read back (exactly those two digests).
+#   release-index.sh AMD64_RELEASE_JSON ARM64_RELEASE_JSON immutable OUT
+#       the immutable tag only (job `publish-multi-arch`), and OUT/index.json: the image, the index's
+#       digest and the moving tags still to write; the index is then prepared, signed and attested
+#   release-index.sh AMD64_RELEASE_JSON ARM64_RELEASE_JSON moving OUT
+#       the moving tags (job `index-tags`), once the index is signed
 set -euo pipefail
-amd64_release=$1 arm64_release=$2
+amd64_release=$1 arm64_release=$2 step=$3 out=$4
 image=$(jq -r .image "$amd64_release")
 [[ "$(jq -r .image "$arm64_release")" == "$image" ]] || { echo "::error::the two sides name different images" >&2; exit 1; }
 amd64=$(jq -r .digest "$amd64_release")
@@ -26,10 +28,14 @@ publish() {
     echo "$image:$1 -> amd64 $amd64 + arm64 $arm64" | tee -a "${GITHUB_STEP_SUMMARY:-/dev/null}"
 }
 read -r immutable moving <<< "$tags"
-publish "$immutable"
-index=$(docker buildx imagetools inspect "$image:$immutable" --format '{{json .Manifest.Digest}}' | jq -r .)
-.venv/bin/python scripts/predicates-from-report.py index index --ref "$image" --digest "$index" \
-    amd64-predicates arm64-predicates
-for tag in $moving; do
-    publish "$tag"
-done
+mkdir -p "$out"
+if [[ "$step" == immutable ]]; then
+    publish "$immutable"
+    index=$(docker buildx imagetools inspect "$image:$immutable" --format '{{json .Manifest.Digest}}' | jq -r .)
+    jq -n --arg image "$image" --arg digest "$index" --arg moving "$moving" \
+        '{image: $image, digest: $digest, moving: ($moving | split(" ") | map(select(. != "")))}' > "$out/index.json"
+else
+    for tag in $moving; do
+        publish "$tag"
+    done
+fi

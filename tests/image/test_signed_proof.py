@@ -31,7 +31,7 @@ from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import Facts
 from pipeline.signing import SignRequest, sign_command, sign_digest
 from pipeline.statements import PREDICATES, Subject
-from pipeline.variants import AMD64, ARM64, REPO_ROOT
+from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
 from tests.records import proof_folder, proof_record, run_folder, validation
@@ -427,7 +427,7 @@ def test_a_forged_one_line_proof_is_never_signed_and_the_real_one_still_is(sign_
     one_line = {"ok": True, "gpu": True, "variant": "2.5-cu121"}
     for gpu in ((), ("--require-gpu",)):
         bare = write_forged(tmp_path / "bare", None, one_line)
-        refused(sign_cli(sign_keys, digest, report, "--proof", str(bare), *gpu), 2, "ran.json", "cannot read")
+        refused(sign_cli(sign_keys, digest, report, "--proof", str(bare), *gpu), 1, "no ran.json beside it", "bound to no image")
         other_line = write_forged(tmp_path / "other-line", image_id, one_line)
         refused(
             sign_cli(sign_keys, digest, report, "--proof", str(other_line), *gpu),
@@ -567,6 +567,47 @@ def test_prove_sh_records_the_image_its_proof_ran_in_and_that_binds_the_signatur
         refused(sign_cli(sign_keys, digest, report, "--proof", str(other)), 1, "a proof of another image")
     finally:
         subprocess.run(["docker", "rmi", "-f", f"{REF}:{tag}"], capture_output=True, check=False)
+
+
+def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_and_verifies(sign_keys, tiny, tmp_path):
+    """The release's index: each child signed and prepared, the index pushed, `sign --children` prepares its
+    statements only when the index lists exactly those children; signed by the signer alone and attached,
+    `verify` of the multi-arch tag passes (it always failed for a released index before)."""
+    prepared, children = [], []
+    for platform in (AMD64, ARM64):
+        tag = index_push.arch_tag(f"rel-{RUN}", platform)
+        image_id, digest, _ = tiny("rel-line", platform=platform, tag=tag)
+        report = run_folder(tmp_path / arch(platform), ref=REF, digest=digest, image_id=image_id, platform=platform, tags=(tag,))
+        folder = tmp_path / f"prepared-{arch(platform)}"
+        done = sign_cli(sign_keys, digest, report, "--prepare", str(folder))  # signs the child and prepares it
+        assert done.returncode == 0, done.stderr
+        prepared.append(str(folder))
+        children.append(index_push.Child(platform, REF, tag, digest, image_id))
+    index = index_push.push_index(REF, f"rel-{RUN}", children)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "subject.json").write_text(json.dumps({"name": REF, "digest": "sha256:" + "0" * 64, "variant": "2.9-cu128"}))
+    (other / "validation.json").write_text(json.dumps(validation()))
+    refused(
+        cli("sign", f"{REF}@{index}", "--children", prepared[0], str(other), "--prepare", str(tmp_path / "x")),
+        1,
+        "but the prepared children name",
+    )
+    out = tmp_path / "index"
+    done = cli("sign", f"{REF}@{index}", "--children", *prepared, "--prepare", str(out))
+    assert done.returncode == 0, done.stderr
+    signed = attest.sign(key_of(sign_keys), json.loads((out / "statements.json").read_text())["statements"])
+    answer = {
+        "keyid": signed.keyid,
+        "envelopes": [base64.b64encode(e).decode() for e in signed.envelopes],
+        "run": signed.run,
+        "signed_at": signed.signed_at,
+    }
+    (tmp_path / "signed.json").write_text(json.dumps(answer))
+    done = cli("attach", f"{REF}@{index}", "--prepared", str(out), "--signed", str(tmp_path / "signed.json"))
+    assert done.returncode == 0, done.stderr
+    verified = verify_cli(f"{REF}:rel-{RUN}", "--key", str(sign_keys["public"]))
+    assert verified.returncode == 0 and "2 image(s)" in verified.stdout, verified.stderr
 
 
 def test_the_signer_chooses_the_run_and_time_a_wrong_clock_is_caught(sign_keys, tiny, tmp_path):

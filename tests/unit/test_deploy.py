@@ -5,7 +5,7 @@ checks a custom resource on create. The admission policies (deploy/policy/) vali
 engines' CRDs, decide as they must on the test results the pipeline makes (the rego run by a Rego
 evaluator, Kyverno's JMESPath by the jmespath library), give each signer its own images, and name
 only what pipeline/statements.py names; the predicates the release attaches with cosign
-(scripts/predicates-from-report.py) are the ones pipeline.attest signs."""
+(`build.py sign --prepare`) are the statements pipeline.attest signs."""
 
 from __future__ import annotations
 
