@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import json
@@ -114,14 +113,6 @@ def test_the_recorded_flags_are_the_ones_each_command_takes(command):
     parser, flags = build.make_parser()
     assert set(flags) == set(build.COMMANDS)
     assert set(flags[command]) == _help_options(parser, command)
-
-
-def test_build_py_reads_no_private_attribute():
-    """refuse_extra works from make_parser's own record, not argparse internals (._actions, ._SubParsersAction)."""
-    tree = ast.parse((REPO_ROOT / "build.py").read_text())
-    attributes = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
-    private = [f"line {n.lineno}: .{n.attr}" for n in attributes if n.attr.startswith("_") and not n.attr.endswith("__")]
-    assert private == []
 
 
 # --- what list prints is pipeline.listing's -----------------------------------------

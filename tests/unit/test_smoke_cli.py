@@ -187,13 +187,22 @@ def test_bad_arguments_exit_2_with_one_line(host_expect, args, fragment):
 # --------------------------------------------------------------------------- startup
 
 
-def test_startup_is_fast_and_informational():
-    start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "smoke.startup"], cwd=REPO, capture_output=True, text=True, timeout=30)
-    elapsed = time.monotonic() - start
-    assert done.returncode == 0
-    assert elapsed < 3.0, f"start-up report took {elapsed:.1f} s"
-    lines = done.stdout.strip().splitlines()
+# The start-up report prints, then asks which heavy modules it imported: none (what keeps it fast; a timed
+# assertion would say the same less surely on a busy host).
+STARTUP_PROBE = """
+import sys
+from smoke import startup
+code = startup.main()
+print("IMPORTED", sorted(m for m in ("torch", "numpy", "gymnasium") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+def test_startup_is_informational_and_imports_no_torch():
+    done = subprocess.run([sys.executable, "-c", STARTUP_PROBE], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "IMPORTED []"
+    lines = done.stdout.strip().splitlines()[:-1]
     assert 2 <= len(lines) <= 6
     assert torch.__version__ in lines[0]
     assert "--gpus all" in done.stdout  # no GPU here
