@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 from common.deadlines import DEADLINES
 from common.rules import STALE_AFTER_DAYS as DEFAULT_MAX_AGE  # verify --max-age: the age at which advisory data is stale
 from pipeline.cli_text import COMMANDS, EPILOG, HELP
+from pipeline.diff import MAX_SLOWDOWN
 from pipeline.errors import PipelineError, UsageError
 from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, load_matrix
 
@@ -91,11 +92,11 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("keygen", "--encrypt", action="store_true")
     add("verify", "image_ref", metavar="IMAGE_REF")
     add("sign withdraw attach", "signed_ref", metavar="IMAGE@DIGEST")
-    add("verify", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
+    add("verify diff", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
     add("verify sign", "--require-gpu", action="store_true")
     add("verify", "--expect-line", metavar="LINE")
-    add("verify", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
-    add("verify sign withdraw attach", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
+    add("verify diff", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
+    add("verify sign withdraw attach diff", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
     add("sign", "--report", type=Path, metavar="REPORT_JSON")
     add("sign", "--children", type=Path, nargs="+", metavar="DIR")
     add("sign", "--proof", type=Path, metavar="PROOF_JSON")
@@ -108,8 +109,17 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     for option in ("--markdown", "--json", "--default"):
         add("list", option, action="store_true")
     add("verify", "--json", action="store_true")
+    into["diff"] = cmds["diff"].add_mutually_exclusive_group()  # one output
+    add("diff", "--json", action="store_true")
+    add("diff", "--markdown", action="store_true")
+    into["diff"] = cmds["diff"]
+    add("diff", "--advisories", type=Path, default=None, metavar="DIR|ZIP")
+    add("diff", "--platform", default=AMD64, choices=list(PLATFORMS))
     add("list", "--base-image", metavar="PLATFORM", choices=list(PLATFORMS))
     add("list", "--pin", metavar="PACKAGE", action="append")
+    add("diff", "image_a", metavar="A")
+    add("diff", "image_b", metavar="B")
+    add("diff", "--max-slowdown", type=float, default=MAX_SLOWDOWN, metavar="FRACTION")
     cmds["list"].add_argument("--here", action="store_true", help=HELP["--here"])  # with the table or --json
     flags["list"].append("--here")
     add("advisories", "--from", dest="from_dir", type=Path, metavar="DIR|ZIP")
@@ -225,6 +235,24 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         from pipeline.withdraw import withdraw
 
         return say(withdraw(parse_ref(args.signed_ref), args.timeout))
+    if args.command == "diff":
+        from pipeline.diff import DiffRequest, diff_command
+
+        output = "json" if args.json else "markdown" if args.markdown else "screen"
+        asked = DiffRequest(
+            args.image_a,
+            args.image_b,
+            args.key,
+            args.platform,
+            args.max_slowdown,
+            args.advisories,
+            args.max_age,
+            args.timeout,
+            output,
+        )
+        lines, status = diff_command(asked)
+        say(lines)
+        return status
     if args.command == "report":
         from pipeline.html_report import rebuild_index
 

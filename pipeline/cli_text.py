@@ -19,6 +19,8 @@ COMMANDS = {
     "sign": "sign a pushed digest from its build's report, with a later proof (--proof) in place of the build's own: only a proof "
     "that passed is signed (what the release does after its GPU proof)",
     "attach": "attach to a pushed digest the envelopes a signer signed apart from `sign --prepare DIR`'s statements (the release)",
+    "diff": "is B safe to roll out instead of A? trust, versions, packages, advisories, size, proof and PPO figures, from the "
+    "signed statements and manifests, no layer read (exit 0 no worse, 1 regressions, one line each)",
     "withdraw": "delete a pushed digest whose proof failed, with every tag naming it and its statements (registries delete by digest)",
 }
 EPILOG = (
@@ -83,6 +85,10 @@ HELP = {  # every flag's help, the same for each command that takes it
     "cosign's predicates of the same statements (predicates.tsv); without --sign-key, only those (checked the same way)",
     "--children": "a multi-arch index: the folders `sign --prepare` wrote for each of its images (with --prepare: the index's "
     "statements, checked against the index the registry holds)",
+    "image_a": "the image rolled out now: HOST/REPO:TAG or @sha256:... (an index: its --platform image)",
+    "image_b": "the image to roll out instead",
+    "--max-slowdown": "diff: the largest PPO slowdown of B on the same hardware that is no regression, a fraction (default: "
+    "%(default)s, from the spread of repeated runs on one machine, docs/benchmarks.md)",
     "--prepared": "the folder `sign --prepare` wrote (statements.json)",
     "--signed": "the signer's answer (python -m pipeline.attest's JSON: keyid, envelopes, run, signed_at)",
     "--run-name": "a name for this signing run, signed as a label (e.g. the release workflow's run URL); the run's id and time are the signer's own",

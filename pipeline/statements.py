@@ -373,6 +373,7 @@ class Accepted:
 class Vulns:
     data_date: str | None
     accepted_until: tuple[tuple[str, str], ...]  # (advisory id, expiry date) of each accepted finding
+    findings: tuple[tuple[str, str, str, bool], ...] = ()  # (advisory id, severity, package purl, accepted)
 
 
 @dataclass(frozen=True)
@@ -383,7 +384,7 @@ class Signed:
     digest: str  # the subject
     run: str
     signed_at: dt.datetime
-    record: Any  # TestResult, Provenance, Benchmark, Vulns, a tuple of Accepted (vex), or an int (the SBOM's components)
+    record: Any  # TestResult, Provenance, Benchmark, Vulns, a tuple of Accepted (vex), or the SBOM's package URLs
     run_name: str | None = None  # the caller's name for the run (a label, signed)
 
 
@@ -441,13 +442,20 @@ def _benchmark(r: Reader, p: dict) -> Benchmark:
 
 def _vulns(r: Reader, p: dict) -> Vulns:
     scanner = r.obj(p, "scanner")
-    accepted = []
+    accepted, findings = [], []
     for result in r.get(scanner, "result", list, "a list", optional=True) or []:
-        notes = r.get(result, "annotations", list, "a list", optional=True) or []
-        expires = next((str(a["expires"]) for a in notes if isinstance(a, dict) and a.get("expires")), None)
+        notes = [a for a in r.get(result, "annotations", list, "a list", optional=True) or [] if isinstance(a, dict)]
+        expires = next((str(a["expires"]) for a in notes if a.get("expires")), None)
+        ident = str(r.text(result, "id"))
         if expires:
-            accepted.append((str(r.text(result, "id")), expires))
-    return Vulns(data_date=r.text(r.obj(scanner, "db"), "lastUpdate", optional=True), accepted_until=tuple(accepted))
+            accepted.append((ident, expires))
+        severity = next(
+            (str(s.get("score")) for s in r.items(result, "severity", optional=True) if isinstance(s, dict)), "UNKNOWN"
+        )
+        package = next((str(a["package"]) for a in notes if a.get("package")), "")
+        findings.append((ident, severity, package, any("accepted" in a for a in notes)))
+    date = r.text(r.obj(scanner, "db"), "lastUpdate", optional=True)
+    return Vulns(data_date=date, accepted_until=tuple(accepted), findings=tuple(findings))
 
 
 def _vex(r: Reader, p: dict) -> tuple[Accepted, ...]:
@@ -465,8 +473,11 @@ def _vex(r: Reader, p: dict) -> tuple[Accepted, ...]:
     return tuple(out)
 
 
-def _sbom(r: Reader, p: dict) -> int:
-    return len(r.get(p, "components", list, "a list", optional=True) or [])
+def _sbom(r: Reader, p: dict) -> tuple[str, ...]:
+    """The package URL of each component (pkg:pypi/torch@2.9.1, pkg:deb/debian/libc6@2.36-9)."""
+    return tuple(
+        str(c["purl"]) for c in r.items(p, "components", optional=True) if isinstance(c, dict) and isinstance(c.get("purl"), str)
+    )
 
 
 READERS: dict[str, Callable[[Reader, dict], Any]] = {

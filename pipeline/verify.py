@@ -364,8 +364,9 @@ def summary(digest: str, runset: RunSet) -> dict:
         out["accepted_advisories"] = [dataclasses.asdict(a) for a in runset["vex"]]
     if "vulns" in runset.by_kind:
         out["advisory_data"] = runset["vulns"].data_date
+        out["findings"] = [dict(zip(("id", "severity", "package", "accepted"), f, strict=True)) for f in runset["vulns"].findings]
     if "sbom" in runset.by_kind:
-        out["sbom_components"] = runset["sbom"]
+        out["sbom_components"], out["packages"] = len(runset["sbom"]), list(runset["sbom"])
     return out
 
 
