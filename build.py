@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from common.deadlines import DEADLINES
+from common.rules import MAX_SLOWDOWN
 from common.rules import STALE_AFTER_DAYS as DEFAULT_MAX_AGE  # verify --max-age: the age at which advisory data is stale
 from pipeline.cli_text import COMMANDS, EPILOG, HELP
-from pipeline.diff import MAX_SLOWDOWN
 from pipeline.errors import PipelineError, UsageError
 from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, load_matrix
 

@@ -40,6 +40,9 @@ def normalize_name(name: str) -> str:
 # Advisory data older than this is "stale": a pass on it is not a pass. The same age bounds a signed proof
 # (build.py verify --max-age's default).
 STALE_AFTER_DAYS = 90
+# The largest slowdown of the PPO gate's steps/s on the same hardware that `build.py diff` does not call a
+# regression: above the spread of repeated runs on one machine (docs/benchmarks.md, "Repeat runs").
+MAX_SLOWDOWN = 0.15
 
 
 def data_age(as_of: str | None, today) -> str:

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.rules import MAX_SLOWDOWN
 from pipeline import registry, verify
 from pipeline.errors import NotVerified
 from pipeline.variants import AMD64
 
-MAX_SLOWDOWN = 0.15  # default --max-slowdown: docs/benchmarks.md ("Repeat runs") has the measured spread
 FAILING = ("HIGH", "CRITICAL")
 NOT_SIGNED = ("uncompressed size", "GPU architectures compiled in", "minimum driver", "the host's load during the benchmark")
 VERSION_OF = {  # what the summary names -> the package URL it is read from
@@ -231,7 +231,7 @@ def compare(a: Side, b: Side, max_slowdown: float = MAX_SLOWDOWN, reaudit: tuple
 def screen(record: dict) -> list[str]:
     a, b = record["a"], record["b"]
     lines = [f"diff {a['ref']} -> {b['ref']}"]
-    if record["same_image"] and not record["regressions"]:
+    if record["same_image"] and not record["regressions"] and a["verified"] and b["verified"]:
         return [*lines, "no differences: the same image (one digest)"]
     for name, side in (("A", a), ("B", b)):
         lines.append(

@@ -91,6 +91,7 @@ def run_folder(
     tags: tuple[str, ...] = ("2.9-cu128",),
     platform: str = "linux/amd64",
     record: dict | None = None,
+    components: tuple[str, ...] = ("pkg:pypi/tiny@1.0",),
 ) -> Path:
     """A build's report folder as `build.py --push` leaves it (report.json, validation.json, facts.json and
     the SBOM): what publish.image_statements and `build.py sign` read. Returns report.json's path."""
@@ -104,7 +105,13 @@ def run_folder(
     }
     (folder / "validation.json").write_text(json.dumps(record))
     (folder / "sbom.cdx.json").write_text(
-        json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "tiny"}]})
+        json.dumps(
+            {
+                "bomFormat": "CycloneDX",
+                "specVersion": "1.6",
+                "components": [{"name": purl.split("/")[-1].split("@")[0], "purl": purl} for purl in components],
+            }
+        )
     )
     facts = {
         "command": ["python", "build.py", "--push"],

@@ -91,6 +91,17 @@ def test_verify_passes_by_tag_and_by_digest_and_shows_the_figures(run_result, re
     assert set(report["tags"]) <= set(image["provenance"]["tags"])  # every tag pushed is named in the signed provenance
 
 
+def test_diff_of_the_default_image_reads_its_versions_from_the_signed_sbom(run_result, sign_keys, variant):
+    tag_ref, digest = next(iter(run_result.pushed.items()))
+    done = cli("diff", tag_ref, f"{tag_ref.rsplit(':', 1)[0]}@{digest}", "--key", str(sign_keys["public"]), "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    versions = record["versions"]["b"]
+    assert record["same_image"] and record["regressions"] == [] and versions["line"] == variant.name
+    assert versions["torch"].startswith(variant.torch) and versions["Python"].startswith(variant.python)
+    assert record["cost"]["pull_for_b_bytes"] == 0 and record["cost"]["a_compressed_bytes"] > 1e9
+
+
 def test_a_cpu_only_proof_is_refused_with_require_gpu(run_result, sign_keys):
     tag_ref = next(iter(run_result.pushed))
     refused(verify_cli(tag_ref, "--key", str(sign_keys["public"]), "--require-gpu"), 1, "proven on the CPU only", "--require-gpu")
@@ -608,6 +619,84 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
     assert done.returncode == 0, done.stderr
     verified = verify_cli(f"{REF}:rel-{RUN}", "--key", str(sign_keys["public"]))
     assert verified.returncode == 0 and "2 image(s)" in verified.stdout, verified.stderr
+
+
+def diff_cli(*args: str) -> subprocess.CompletedProcess:
+    return cli("diff", *args)
+
+
+def test_diff_compares_two_signed_images_and_names_each_regression(sign_keys, tiny, tmp_path):
+    """Against the real registry: a package bump, a slower benchmark on the same CPU (exit 1, named in --json),
+    the same on another CPU (no ratio), a side signed with another key or not at all, diff A A, --markdown,
+    and --advisories re-auditing both SBOMs against a fixture record that affects only B's numpy."""
+    public = str(sign_keys["public"])
+    made = {}
+    for name, numpy, sps, cpu in (
+        ("a", "2.1.0", 1000.0, "Test CPU"),
+        ("b", "2.2.0", 600.0, "Test CPU"),
+        ("c", "2.2.0", 600.0, "Other CPU"),
+    ):
+        image_id, digest, ref = tiny(f"diff-{name}")
+        record = validation()
+        record["ppo"]["sps_end_to_end"], record["proof"]["where"]["cpu"] = sps, cpu
+        sign(
+            sign_keys,
+            tmp_path,
+            ref,
+            digest,
+            image_id,
+            record=record,
+            components=("pkg:pypi/torch@2.9.1", f"pkg:pypi/numpy@{numpy}"),
+        )
+        made[name] = ref
+    done = diff_cli(made["a"], made["a"], "--key", public)
+    assert done.returncode == 0 and done.stdout.strip().endswith("no differences: the same image (one digest)"), done.stdout
+    slower = diff_cli(made["a"], made["b"], "--key", public, "--json")
+    record = json.loads(slower.stdout)
+    assert slower.returncode == 1 and record["packages"]["changed"] == ["pypi/numpy 2.1.0 -> 2.2.0"]
+    assert record["speed"]["ratio"] == 0.6 and len(record["regressions"]) == 1 and "0.60x A's" in record["regressions"][0]
+    assert diff_cli(made["a"], made["b"], "--key", public, "--max-slowdown", "0.5").returncode == 0
+    other = json.loads(diff_cli(made["a"], made["c"], "--key", public, "--json").stdout)
+    assert (
+        other["speed"]["ratio"] is None and "different hardware" in other["speed"]["why_no_ratio"] and other["regressions"] == []
+    )
+    _, unsigned, unsigned_ref = tiny("diff-unsigned")
+    done = diff_cli(made["a"], unsigned_ref, "--key", public)
+    assert done.returncode == 1 and "B NOT verified" in done.stdout and "REGRESSION B does not verify" in done.stdout
+    _, other_public, _ = attest.keygen(tmp_path / "other-key")
+    done = diff_cli(made["a"], made["b"], "--key", str(other_public), "--max-slowdown", "0.5")
+    assert done.returncode == 1 and "A NOT verified" in done.stdout and "none of its 6 statements is signed by key" in done.stdout
+    assert diff_cli(made["a"], made["b"], "--key", public, "--markdown").stdout.startswith("| | A | B |")
+    osv = tmp_path / "osv"
+    osv.mkdir()
+    (osv / "PYSEC-TEST-1.json").write_text(json.dumps({
+        "id": "PYSEC-TEST-1", "modified": "2026-12-01T00:00:00Z", "summary": "a test advisory",
+        "affected": [{"package": {"ecosystem": "PyPI", "name": "numpy"}, "versions": ["2.2.0"]}],
+        "database_specific": {"severity": "CRITICAL"},
+    }))  # fmt: skip
+    done = diff_cli(made["a"], made["c"], "--key", public, "--advisories", str(osv), "--json")
+    record = json.loads(done.stdout)
+    assert (
+        done.returncode == 1 and record["security"]["reaudited"] and record["security"]["new_unaccepted_high"] == ["PYSEC-TEST-1"]
+    ), done.stdout
+
+
+def test_diff_of_a_multi_arch_tag_compares_the_platform_asked_for(sign_keys, tiny, tmp_path):
+    children = []
+    for platform in (AMD64, ARM64):
+        tag = index_push.arch_tag(f"diffline-{RUN}", platform)
+        image_id, digest, ref = tiny("diff-line", platform=platform, tag=tag)
+        sign(sign_keys, tmp_path, ref, digest, image_id, platform)
+        children.append(index_push.Child(platform, REF, tag, digest, image_id))
+    index = index_push.push_index(REF, f"diffline-{RUN}", children)
+    about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
+    facts = Facts.load(next(tmp_path.glob("run-*")).joinpath("facts.json"))
+    sign_digest(key_of(sign_keys), client(), index, index_statements(Subject(REF, index), facts, [f"diffline-{RUN}"], about))
+    for platform, child in ((AMD64, children[0]), (ARM64, children[1])):
+        done = diff_cli(
+            f"{REF}:diffline-{RUN}", f"{REF}@{child.digest}", "--key", str(sign_keys["public"]), "--platform", platform
+        )
+        assert done.returncode == 0 and "no differences" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_signer_chooses_the_run_and_time_a_wrong_clock_is_caught(sign_keys, tiny, tmp_path):

@@ -89,7 +89,10 @@ def test_lock_check_refusal_does_not_depend_on_the_order():
         (("list", "-v"), "build.py list: -v is a flag of `build.py build` and `build.py matrix`, not of `list`"),
         (("render", "--report-dir=x"), "--report-dir is a flag of `build.py build` and `build.py report` and `build.py matrix`"),
         (("lock", "--line", "2.9-cu128"), "build.py lock: --line is a flag of `build.py matrix`, not of `lock`"),
-        (("matrix", "--json"), "build.py matrix: --json is a flag of `build.py list` and `build.py verify`, not of `matrix`"),
+        (
+            ("matrix", "--json"),
+            "build.py matrix: --json is a flag of `build.py list` and `build.py verify` and `build.py diff`, not of `matrix`",
+        ),
         (("--push", "--check"), "build.py build: --check is a flag of `build.py render` and `build.py lock`, not of `build`"),
         (("list", "--bogus"), "build.py list: unrecognized arguments: --bogus"),
     ],
