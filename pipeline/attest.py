@@ -179,7 +179,7 @@ def envelope_payload(data: bytes, what: str) -> dict:
 
 def open_envelope(envelope: dict, key, what: str) -> bytes:
     """The payload of a DSSE envelope (already parsed, bounded, by pipeline.registry) whose signature
-    `key` verifies; NotVerified otherwise. The payload is returned as bytes, for statements.read_statement."""
+    `key` verifies; NotVerified otherwise. The payload is returned as bytes, for signed_statements.read_statement."""
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import FormatError, VerificationError
 

@@ -4,7 +4,7 @@ its tag names, recently enough?
 For the digest the reference names now (each child too, for an index), verify reads what the registry
 holds (pipeline.registry: bounded, one deadline) and accepts only:
 - statements signed with the key, each about that digest, each carrying the run it belongs to and the
-  time it was signed inside the signed payload (statements.read_statement);
+  time it was signed inside the signed payload (signed_statements.read_statement);
 - of each kind, the newest by that signed time, all of one run, every kind of the run there: statements
   of one kind from different runs mixed, an incomplete run, or two runs signed at the same second are
   refused (a registry can drop or reorder referrers, not sign); annotations are never read for order;
@@ -31,17 +31,8 @@ from common.rules import STALE_AFTER_DAYS
 from pipeline import attest, referrers, registry
 from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
 from pipeline.labels import PREFIX
-from pipeline.statements import (
-    GPU_TESTS,
-    IMAGE_KINDS,
-    INDEX_KINDS,
-    Benchmark,
-    Provenance,
-    Signed,
-    TestResult,
-    Vulns,
-    read_statement,
-)
+from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
+from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS
 
 VALIDATION_LABEL = f"{PREFIX}validation"
 SKEW = dt.timedelta(minutes=5)  # how far ahead of this host's clock a signing time may be

@@ -19,7 +19,8 @@ from pipeline import attest, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
 from pipeline.records import Facts
 from pipeline.registry import parse_ref
-from pipeline.statements import GPU_TESTS, PREDICATES, Subject, read_statement
+from pipeline.signed_statements import Provenance, Signed, TestResult, Vulns, read_statement
+from pipeline.statements import GPU_TESTS, PREDICATES, Subject
 from tests.records import validation
 
 pytestmark = pytest.mark.unit
@@ -331,7 +332,7 @@ def facts(line: str, invocation: str, when: str) -> Facts:
 # --------------------------------------------------------------------------- verify's rules
 
 
-def stmt_at(kind: str, run: str, when: str) -> statements.Signed:
+def stmt_at(kind: str, run: str, when: str) -> Signed:
     predicates = {
         "test-result": statements.test_result_predicate(validation(), "sha256:i", []),
         "provenance": statements.provenance_predicate(facts("l", run, when), "p", ["t"], [], "b"),
@@ -363,7 +364,7 @@ def test_an_incomplete_run_and_a_tie_between_runs_are_refused():
 
 
 def test_verify_accepts_warned_only_for_gpu_checks_and_never_with_require_gpu():
-    def result(gpu: bool = False, **change) -> statements.TestResult:
+    def result(gpu: bool = False, **change) -> TestResult:
         stmt = stamped("test-result", statements.test_result_predicate(validation(gpu=gpu), "sha256:i", []))
         return dataclasses.replace(read_statement(stmt, "x").record, **change)
 
@@ -403,7 +404,7 @@ def test_a_run_signed_ahead_of_this_hosts_clock_or_at_two_times_is_refused():
 
 
 def test_a_tag_the_provenance_does_not_name_and_another_line_are_refused():
-    prov = statements.Provenance("2.4-cu121", "linux/amd64", ("2.4-cu121",), (), "r", None, None)
+    prov = Provenance("2.4-cu121", "linux/amd64", ("2.4-cu121",), (), "r", None, None)
     verify.judge_line(prov, parse_ref("h:5000/r:2.4-cu121"), verify.Policy(), "x")
     with pytest.raises(NotVerified, match="not one this image was pushed under"):
         verify.judge_line(prov, parse_ref("h:5000/r:2.9-cu128"), verify.Policy(), "x")
@@ -421,7 +422,7 @@ def test_a_proof_past_max_age_is_refused():
 
 
 def test_an_accepted_advisory_past_its_expiry_is_caught():
-    vulns = statements.Vulns("2026-07-23", (("PYSEC-1", "2026-06-01"),))
+    vulns = Vulns("2026-07-23", (("PYSEC-1", "2026-06-01"),))
     assert verify.lapsed(vulns, dt.date(2026, 12, 5)) == ["PYSEC-1 (accepted until 2026-06-01)"]
     assert verify.lapsed(vulns, dt.date(2026, 5, 1)) == []
 
