@@ -68,12 +68,7 @@ class Side:
 
 def read_side(text: str, keys: list[Path], policy: verify.Policy, timeout: float, platform: str) -> Side:
     """The manifest (the platform's child of an index), then verify's judgement of the same reference."""
-    ref = registry.parse_ref(text)
-    client = registry.Registry(ref, registry.Deadline(timeout))
-    found = client.manifest(ref.reference)
-    if found is None:
-        raise NotVerified(f"{ref}: the registry has no such image")
-    body, media, digest = found
+    client, ref, (body, media, digest) = registry.open_image(text, timeout)
     if media in registry.INDEXES:
         listed = registry.descriptors(registry.as_dict(body, str(ref)).get("manifests"), str(ref))
         child = next((d for d in listed if _platform(d) == platform), None)

@@ -33,7 +33,7 @@ import requests
 import urllib3
 
 from common.deadlines import DEADLINES
-from pipeline.errors import RegistryDataRefused, RegistryUnreachable, UsageError
+from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -490,6 +490,17 @@ class Registry:
         """DELETE a manifest by digest (registries delete by digest: every tag naming it goes with it); the
         answer, unread (`with` it)."""
         return self.request("DELETE", f"manifests/{digest}")
+
+
+def open_image(text: str, timeout: float) -> tuple[Registry, ImageRef, tuple[bytes, str, str]]:
+    """A reference as given, parsed; a client of its registry with one deadline; the manifest it names now
+    (bytes, media type, digest). NotVerified when the registry has no such image."""
+    ref = parse_ref(text)
+    client = Registry(ref, Deadline(timeout))
+    found = client.manifest(ref.reference)
+    if found is None:
+        raise NotVerified(f"{ref}: the registry has no such image")
+    return client, ref, found
 
 
 def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:

@@ -258,12 +258,7 @@ def verify(
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
     key = Keys(tuple(attest.load_public_key(path) for path in ([key_paths] if isinstance(key_paths, Path) else key_paths)))
-    ref = registry.parse_ref(image_ref)
-    client = registry.Registry(ref, registry.Deadline(timeout))
-    found = client.manifest(ref.reference)
-    if found is None:
-        raise NotVerified(f"{ref}: the registry has no such image")
-    body, media, digest = found
+    client, ref, (body, media, digest) = registry.open_image(image_ref, timeout)
     images: list[dict] = []
     record: dict = {
         "verified": True,
