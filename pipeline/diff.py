@@ -262,7 +262,7 @@ def screen(record: dict) -> list[str]:
         f"  proof     A {pa['result'] or 'unverified'} ({pa['where'] or '?'}); B {pb['result'] or 'unverified'} ({pb['where'] or '?'})"
     )
     sp = record["speed"]
-    figures = f"steps/s {sp['a']['steps_per_second']} -> {sp['b']['steps_per_second']}"
+    figures = f"steps/s {_number(sp['a']['steps_per_second'])} -> {_number(sp['b']['steps_per_second'])}"
     lines.append(
         f"  speed     {figures}: "
         + (f"B/A {sp['ratio']:.2f}x on {sp['b']['hardware']}" if sp["ratio"] else f"no ratio, {sp['why_no_ratio']}")
@@ -274,6 +274,10 @@ def screen(record: dict) -> list[str]:
     return lines + [f"  REGRESSION {r}" for r in record["regressions"]]
 
 
+def _number(value) -> str:
+    return f"{value:,.0f}" if isinstance(value, int | float) else "?"
+
+
 def markdown(record: dict) -> str:
     """A table fit for a pull request comment."""
     va, vb, sp, sec, c = record["versions"]["a"], record["versions"]["b"], record["speed"], record["security"], record["cost"]
@@ -283,13 +287,8 @@ def markdown(record: dict) -> str:
     ]
     rows += [(k, va.get(k, "?"), vb.get(k, "?")) for k in ("line", "torch", "CUDA", "cuDNN", "NCCL", "Python")]
     rows += [("proof", str(record["proof"]["a"]["result"]), str(record["proof"]["b"]["result"]))]
-    rows += [
-        (
-            "PPO steps/s",
-            str(sp["a"]["steps_per_second"]),
-            str(sp["b"]["steps_per_second"]) + (f" ({sp['ratio']:.2f}x)" if sp["ratio"] else ""),
-        )
-    ]
+    ratio = f" ({sp['ratio']:.2f}x)" if sp["ratio"] else f" (no ratio: {sp['why_no_ratio']})"
+    rows += [("PPO steps/s", _number(sp["a"]["steps_per_second"]), _number(sp["b"]["steps_per_second"]) + ratio)]
     rows += [
         (
             "compressed",
