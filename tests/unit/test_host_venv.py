@@ -1,5 +1,6 @@
-"""The host's virtual environment runs ppo_bench's unit tests against the image's own versions of the
-packages ppo_bench uses: the default line's lock is the source (scripts/host-venv.sh installs from it)."""
+"""The host's virtual environment runs ppo_bench's and the display hook's unit tests against the image's
+own versions of the packages they use: the default line's lock is the source (scripts/host-venv.sh
+installs from it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pipeline.variants import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
-SHARED = ("numpy", "matplotlib", "tensorboard", "tqdm", "gymnasium")
+SHARED = ("numpy", "matplotlib", "tensorboard", "tqdm", "gymnasium", "mujoco", "pygame-ce", "opencv-python-headless")
 
 
 def locked_versions(line: str) -> dict[str, str]:
