@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
 
 import pytest
 
@@ -29,3 +30,13 @@ def test_the_host_runs_the_images_version(package, matrix):
     want = locked_versions(default)[package]
     have = importlib.metadata.version(package)
     assert have == want, f"host {package} {have}, the image's lock {want}: rerun scripts/host-venv.sh"
+
+
+def test_make_venv_only_makes_the_venvs():
+    """`make venv` runs scripts/host-venv.sh and nothing else: no host preparation, no build (make -n: printed, not run)."""
+    done = subprocess.run(["make", "-n", "venv"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout.splitlines()) == (0, ["bash scripts/host-venv.sh"]), done.stderr
+
+
+def test_the_readme_names_make_venv():
+    assert "`make venv`" in (REPO_ROOT / "README.md").read_text()
