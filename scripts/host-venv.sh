@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host's virtual environment .venv: the tools in requirements-dev.txt plus
 # the packages the host shares with the image, at the image's versions: gymnasium, ale-py,
-# matplotlib, tensorboard, tqdm, pygame-ce and opencv-python-headless at the matrix's pins and
+# matplotlib, tensorboard, tqdm, pygame-ce, opencv-python-headless and imageio at the matrix's pins and
 # numpy and mujoco at the default line's lock (the unit tests of ppo_bench and of the display hook
 # run what the image runs), and the rlhf
 # flavor's stack (the unit tests of rlhf_bench run the flavor's TRL). Reinstalls
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shared=(--pin gymnasium --pin ale-py --pin matplotlib --pin tensorboard --pin tqdm --pin rlhf  # a flavor's name: all its packages
-        --pin pygame-ce --pin opencv-python-headless)  # the windows of tests/unit/test_display_windows.py
+        --pin pygame-ce --pin opencv-python-headless --pin imageio)  # tests/unit/test_display_windows.py: windows, MuJoCo envs
 # numpy and mujoco are no pins of the matrix: the default line's lock (the image's own) says which
 default_lock=images/locks/$(python3 build.py list --default)/amd64
 locked=()
