@@ -24,7 +24,8 @@ OpenGL. SDL2 on Linux otherwise opens a hidden OpenGL window (GLX) to decide how
 and GLX beside MuJoCo's EGL context in one process ends it: `X Error ... BadAccess ...
 X_GLXMakeCurrent` when the EGL context came first (gymnasium's HumanRendering over a MuJoCo env, its
 vector form), EGL_BAD_ACCESS when the window came first. SDL_FRAMEBUFFER_ACCELERATION=0 skips that
-window: SDL draws through plain X11 (MIT-SHM), as it does on Mesa anyway. A value of the user's own
+window: SDL draws through plain X11 (MIT-SHM), as it does anyway where OpenGL is Mesa's (the
+probe turns acceleration on for NVIDIA's and ATI's only). A value of the user's own
 is left as it is; rgb_array frames stay on EGL.
 
 A display counts only when a server answers on it: DISPLAY set but nothing listening (the
