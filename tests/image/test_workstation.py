@@ -81,7 +81,7 @@ def test_time_zones_are_there(host):
 
 
 def test_nvitop_without_a_gpu_says_nvml_is_missing(host):
-    """What docs/using-the-image.md says: exit 1 and one named reason, no traceback (nvitop 1.7.2 on a host without
+    """What docs/using-the-image.md says: exit 1 and one named reason, no traceback (the matrix's nvitop on a host without
     the driver's NVML, as the image tests run: no --gpus)."""
     result = host.run("nvitop --once")
     assert result.rc == 1 and "(NVML) not found" in result.stdout + result.stderr, (result.rc, result.stdout, result.stderr)
