@@ -1,4 +1,5 @@
 # The two commands of the README. Both prepare the host first (idempotent).
+#   make venv    only the host venv .venv (and the signer's .venv-signer): build.py's other commands, unit tests
 #   make image   build and validate the default image (2.9-cu128)
 #   make test    run the test suite: unit + image tests (Docker, no GPU)
 # Longer work, for the release workflow or by hand:
@@ -23,7 +24,10 @@ SHELL_FILES := container/start.sh container/profile.sh container/proof container
 
 LINES ?=
 
-.PHONY: image test unit lint bench-build matrix lines arm64
+.PHONY: venv image test unit lint bench-build matrix lines arm64
+
+venv:
+	bash scripts/host-venv.sh
 
 image:
 	bash scripts/prepare-host.sh

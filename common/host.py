@@ -9,8 +9,9 @@ the run had less than three quarters of its cores to itself. What other work too
 per CPU the run may run on (/proc/stat): those CPUs' time that was neither idle nor the run's own
 (the run's process and its children), plus the time the hypervisor gave them to other machines
 (steal), averaged over the run's wall time, in cores. So the run had `cpus - others` cores to
-itself, and it was busy when that is below 0.75 x the cores it may use (its CPUs, fewer under a
-cgroup CPU quota). A cgroup quota that throttled the run for 10% of its wall time or more makes
+itself, and it was busy when that is below 0.75 x the cores it uses: the cores it may use (its CPUs,
+fewer under a cgroup CPU quota), or fewer where the run says it runs on fewer threads (a one-thread
+run on two cores needs one core to itself, not one and a half). A cgroup quota that throttled the run for 10% of its wall time or more makes
 it busy as well. Where /proc/stat cannot be read, the 1-minute load average stands in for the
 CPU time (the larger of its readings at the start and at the end, less the cores' worth the run
 itself used). The load average is printed either way, but does not decide where CPU time can:
@@ -29,6 +30,9 @@ from pathlib import Path
 
 BUSY_OWN_SHARE = 0.75  # the run had less than this share of its cores to itself: busy
 BUSY_THROTTLED_SHARE = 0.10  # a cgroup CPU quota held the run back this share of its wall time: busy
+# Two figures within this share of each other are "the same": one run beside another does not tell a
+# smaller difference apart from noise. A chosen bound (5%), not a measured spread.
+SAME_WITHIN = 0.05
 
 
 def host_cpu() -> str:
@@ -197,6 +201,12 @@ class HostCondition:
     others_cores: float | None  # the cores' worth other work took from those CPUs (steal included); None: unreadable
     steal_share: float | None  # share of those CPUs' time the hypervisor gave to other machines
     throttled_share: float | None  # share of the wall time the cgroup's quota held the run back
+    threads: int | None = None  # the threads the run computes on, where it knows them; None: as many as its cores
+
+    @property
+    def uses(self) -> int:
+        """The cores the run can keep busy: its cores, or its threads where those are fewer."""
+        return max(1, min(self.cores, self.threads or self.cores))
 
     def to_json(self) -> dict:
         """Its fields, with the verdict: `busy` and `busy_reasons`."""
@@ -208,7 +218,10 @@ class HostCondition:
         return cls(**{f.name: record.get(f.name) for f in fields(cls)})
 
 
-def host_condition(start: CpuSample, end: CpuSample, cpus: int | None = None, cores: int | None = None) -> HostCondition:
+def host_condition(
+    start: CpuSample, end: CpuSample, cpus: int | None = None, cores: int | None = None, threads: int | None = None
+) -> HostCondition:
+    """The host over a run, from its readings; `threads`: the threads the run computes on, where it knows them."""
     cpus = cpus or len(run_cpus())
     cores = cores or run_cores()
     wall = max(end.at - start.at, 1e-9)
@@ -229,6 +242,7 @@ def host_condition(start: CpuSample, end: CpuSample, cpus: int | None = None, co
         others_cores=None if others is None else others / wall,
         steal_share=steal_share,
         throttled_share=throttled,
+        threads=threads,
     )
 
 
@@ -244,9 +258,15 @@ def busy_reasons(c: HostCondition) -> list[str]:
             f"the 1-minute load average, {max(loads) if loads else 0:.2f} less the run's own {c.own_cores:.2f}, on {c.cpus} CPUs"
         )
     if others is not None:
-        to_itself = min(c.cpus - others, c.cores)
-        if to_itself < BUSY_OWN_SHARE * c.cores:
-            reasons.append(f"{said}, leaving the run {max(to_itself, 0):.2f} of its {c.cores} cores")
+        uses = c.uses
+        to_itself = min(c.cpus - others, uses)
+        if to_itself < BUSY_OWN_SHARE * uses:
+            of = (
+                f"its {c.cores} cores"
+                if uses == c.cores
+                else f"the {uses} core{'s' if uses != 1 else ''} it uses ({c.threads} thread{'s' if c.threads != 1 else ''})"
+            )
+            reasons.append(f"{said}, leaving the run {max(to_itself, 0):.2f} of {of}")
     if c.throttled_share is not None and c.throttled_share >= BUSY_THROTTLED_SHARE:
         reasons.append(f"the cgroup's CPU quota held it back {c.throttled_share:.0%} of the time")
     return reasons
@@ -259,6 +279,8 @@ def condition_text(c: HostCondition) -> str:
         return "?" if x is None else f"{x:.2f}"
 
     cores = f"{c.cores} core{'s' if c.cores != 1 else ''}" + (f" (of {c.cpus} CPUs)" if c.cpus != c.cores else "")
+    if c.uses != c.cores:
+        cores += f", {c.threads} thread{'s' if c.threads != 1 else ''} used"
     parts = [cores, f"1-minute load {load(c.load1_start)} at the start, {load(c.load1_end)} at the end"]
     used = f"the run used {c.own_cores:.2f} cores"
     if c.others_cores is not None:
@@ -272,11 +294,13 @@ def condition_text(c: HostCondition) -> str:
 
 def speed_words(ratio: float, lower_is_better: bool = False) -> str:
     """This run's figure over the reference's, in the same words whatever the figure: '1.61x slower',
-    '2.10x faster', 'as fast (1.00x)'. `lower_is_better` for times (seconds to a target)."""
+    '2.10x faster', and '1.02x faster: the same within 5%' within SAME_WITHIN. `lower_is_better` for times
+    (seconds to a target)."""
     if not ratio or ratio <= 0 or math.isinf(ratio) or math.isnan(ratio):
         return "no ratio"
     faster = ratio < 1 if lower_is_better else ratio > 1
     factor = max(ratio, 1 / ratio)
-    if f"{factor:.2f}" == "1.00":
-        return "as fast (1.00x)"
-    return f"{factor:.2f}x {'faster' if faster else 'slower'}"
+    words = f"{factor:.2f}x" if f"{factor:.2f}" == "1.00" else f"{factor:.2f}x {'faster' if faster else 'slower'}"
+    if factor - 1 <= SAME_WITHIN:
+        return f"{words}: the same within {SAME_WITHIN:.0%}"
+    return words

@@ -37,22 +37,28 @@ def normalize_name(name: str) -> str:
 
 # --------------------------------------------------------------------------- advisories
 
-# Advisory data older than this is "stale": a pass on it is not a pass. The same age bounds a signed proof
-# (build.py verify --max-age's default).
+# Advisory data older than this is "stale": advisories published since are missing from what it says. The same
+# age bounds a signed proof (build.py verify --max-age's default).
 STALE_AFTER_DAYS = 90
 # The largest slowdown of the PPO gate's steps/s on the same hardware that `build.py diff` does not call a
 # regression: above the spread of repeated runs on one machine (docs/benchmarks.md, "Repeat runs").
 MAX_SLOWDOWN = 0.15
 
 
-def data_age(as_of: str | None, today) -> str:
-    """'as of 2026-07-23, 133 days old: stale' (today: a datetime.date)."""
+def advisory_age(as_of: str | None, today) -> str:
+    """How old the image's advisory data is, in the one wording of every line a user of the image reads (the
+    start log, `proof`): 'PyPA data of 2026-07-23, 9 days old', and past STALE_AFTER_DAYS what that means to
+    them and what they can do (today: a datetime.date)."""
     import datetime as dt
 
-    if not as_of:
-        return "of unknown date: stale"
-    days = (today - dt.date.fromisoformat(as_of)).days
-    return f"as of {as_of}, {days} days old" + (": stale" if days > STALE_AFTER_DAYS else "")
+    if as_of:
+        days = (today - dt.date.fromisoformat(as_of)).days
+        age = f"PyPA data of {as_of}, {days} day{'s' if days != 1 else ''} old"
+        if days <= STALE_AFTER_DAYS:
+            return age
+    else:
+        age = "PyPA data of unknown date"
+    return f"{age}: stale, so advisories published since are not listed; a newer image carries newer data"
 
 
 # Severities that fail the build's audit unless accepted; UNKNOWN: no record says it is below HIGH.
@@ -69,24 +75,12 @@ def carried_text(section: dict) -> str:
     return section.get("summary", "?") + (f": {listing}" if listing else "")
 
 
-STALE_MEANS = (
-    f"stale: data past {STALE_AFTER_DAYS} days, so a pass on it is not a pass; whoever builds the image refreshes it "
-    "(`build.py advisories --from DIR`, or `--advisories DIR` for one build) and rebuilds"
-)
-
-
-def advisory_summary(section: dict | None, today, at_start: bool = False) -> str:
-    """One line: what the image's line carries, by the snapshot it was built against. At a container's
-    start, the data's date, calmly (nothing can be done about it there); in `proof`, its age and, past
-    STALE_AFTER_DAYS, what stale means and who refreshes it."""
+def advisory_summary(section: dict | None, today) -> str:
+    """One line, the same at a container's start and in `proof`: what the image's line carries, by the
+    advisory data it was built against, that data's age, and what to be careful with."""
     if not section:
         return "Advisories: not recorded in this image"
-    if at_start:
-        return f"Advisories: {carried_text(section)} (the build's audit, PyPA data of {section.get('as_of') or 'unknown date'})"
-    age = data_age(section.get("as_of"), today)
-    line = f"Advisories: {carried_text(section)} (PyPA data {age.removesuffix(': stale')})"
-    if age.endswith(": stale"):
-        line += f"; {STALE_MEANS}"
+    line = f"Advisories: {carried_text(section)} ({advisory_age(section.get('as_of'), today)})"
     if any(row["severity"] == "CRITICAL" for row in section.get("carried", [])):
         line += "; CRITICAL: never load a checkpoint you did not make with this image"
     elif any(row["package"] == "torch" and row["severity"] in ("HIGH", "UNKNOWN") for row in section.get("carried", [])):

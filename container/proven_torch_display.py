@@ -18,6 +18,16 @@ in memory (no file of any package changes on disk):
 | pygame.display | set_mode | classic control, toy text, Box2D, gymnasium.utils.play |
 | ale_py._ale_py | ALEInterface.setBool("display_screen", True) | Atari (ALE) in human mode |
 
+One more thing pygame's set_mode gets, with a display: where rendering goes through EGL (the image's
+MUJOCO_GL=egl, or PYOPENGL_PLATFORM=egl), a plain window (no pygame.OPENGL flag) is drawn without
+OpenGL. SDL2 on Linux otherwise opens a hidden OpenGL window (GLX) to decide how to draw a plain one,
+and GLX beside MuJoCo's EGL context in one process ends it: `X Error ... BadAccess ...
+X_GLXMakeCurrent` when the EGL context came first (gymnasium's HumanRendering over a MuJoCo env, its
+vector form), EGL_BAD_ACCESS when the window came first. SDL_FRAMEBUFFER_ACCELERATION=0 skips that
+window: SDL draws through plain X11 (MIT-SHM), as it does anyway where OpenGL is Mesa's (the
+probe turns acceleration on for NVIDIA's and ATI's only). A value of the user's own
+is left as it is; rgb_array frames stay on EGL.
+
 A display counts only when a server answers on it: DISPLAY set but nothing listening (the
 desktop not opened yet, an SSH session without -X) counts as none. The checks and their
 messages are plain functions below (unit-tested). `PROVEN_TORCH_DISPLAY_CHECK=off` leaves
@@ -146,6 +156,18 @@ def require_display(library: str) -> None:
         raise NoDisplayError(message(library, problem, dict(os.environ)))
 
 
+SDL_FRAMEBUFFER_HINT = "SDL_FRAMEBUFFER_ACCELERATION"
+PYGAME_OPENGL = 0x2  # pygame.OPENGL
+
+
+def sdl_hints(environ: dict[str, str], flags: int) -> dict[str, str]:
+    """The SDL hints a pygame window opened with `flags` needs here: none, or no OpenGL beside EGL."""
+    egl = "egl" in (environ.get("MUJOCO_GL", "").lower(), environ.get("PYOPENGL_PLATFORM", "").lower())
+    if not egl or flags & PYGAME_OPENGL or SDL_FRAMEBUFFER_HINT in environ:
+        return {}
+    return {SDL_FRAMEBUFFER_HINT: "0"}
+
+
 def enabled(environ: dict[str, str]) -> bool:
     return environ.get(OFF_SWITCH, "").strip().lower() not in ("off", "0", "no", "false")
 
@@ -196,6 +218,8 @@ def _patch_pygame_display(module) -> None:
             problem = display_problem(dict(os.environ))
             if problem is not None:
                 raise _pygame_error(message("pygame", problem, dict(os.environ)))
+        flags = kwargs.get("flags", args[1] if len(args) > 1 else 0)
+        os.environ.update(sdl_hints(dict(os.environ), flags if isinstance(flags, int) else 0))
         return original(*args, **kwargs)
 
     set_mode.__wrapped__ = original  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ import os
 import sys
 import types
 import typing
+from pathlib import Path
 
 from common.cli import EXIT_OK
 from common.host import HostCondition, condition_text
@@ -77,6 +78,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def process_seconds() -> float | None:
+    """Seconds since this process started (Python's start and the imports included), from /proc; None where unreadable."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+        started = int(fields[22 - 3]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in clock ticks after boot
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def summary_line(result: dict, out_dir: str, process: float | None) -> str:
+    """The run's one-line summary. `training=` is result.json's wall_seconds: from building the environments
+    to the last update (not Python's start, the imports or CUDA's); `process=` the whole process so far."""
+    return (
+        f"ppo_bench: solved={result['solved']} final_mean_return={_fmt(result['final_mean_return'])} "
+        f"steps_to_target={result['steps_to_target']} seconds_to_target={_fmt(result['seconds_to_target'])} "
+        f"env_steps={result['total_env_steps']:,} training={result['wall_seconds']:.2f}s "
+        + (f"process={process:.2f}s " if process is not None else "")
+        + f"sps={result['sps_end_to_end']:,.0f} device={result['device']} -> {out_dir}/result.json"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     from ppo_bench.config import Args
     from ppo_bench.ppo import train
@@ -87,12 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except PPOBenchError as exc:
         print(f"ppo_bench: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
-    summary = (
-        f"ppo_bench: solved={result['solved']} final_mean_return={_fmt(result['final_mean_return'])} "
-        f"steps_to_target={result['steps_to_target']} seconds_to_target={_fmt(result['seconds_to_target'])} "
-        f"env_steps={result['total_env_steps']:,} wall={result['wall_seconds']:.2f}s "
-        f"sps={result['sps_end_to_end']:,.0f} device={result['device']} -> {ns.out_dir}/result.json"
-    )
+    summary = summary_line(result, ns.out_dir, process_seconds())
     if os.environ.get("RANK", "0") == "0":  # torchrun: one summary, from rank 0
         print(summary, flush=True)
         print(f"ppo_bench: host during the run: {condition_text(HostCondition.from_json(result['host']))}", flush=True)

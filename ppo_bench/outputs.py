@@ -190,15 +190,26 @@ def run_bound(args: Args) -> str:
     return f"up to {args.total_timesteps:,} steps" + (" or the target" if args.stop_at_target else "")
 
 
-def stopped_by(args: Args, stop: bool, sliced: bool, timed_out: bool, iteration: int, num_iterations: int) -> str:
-    """Why the loop ended, in words (result.json's `stopped_by`)."""
+def stopped_by(
+    args: Args, stop: bool, sliced: bool, timed_out: bool, iteration: int, num_iterations: int, global_batch: int
+) -> str:
+    """Why the loop ended, in words (result.json's `stopped_by`). A run trains whole rollouts of `global_batch`
+    steps, so --total-timesteps that is no multiple of it ends below it, and says so."""
     if stop:
         return f"the target {args.target_return:g} was reached"
     if timed_out:
         return f"the time limit ({args.time_limit:g} s) passed during its last iteration"
     if sliced:
         return f"--stop-after-iterations {args.stop_after_iterations}"
-    return f"all {args.total_timesteps:,} steps (--total-timesteps) done" if iteration >= num_iterations else "stopped"
+    if iteration < num_iterations:
+        return "stopped"
+    done = num_iterations * global_batch
+    if done == args.total_timesteps:
+        return f"all {done:,} steps (--total-timesteps) done"
+    return (
+        f"all {num_iterations:,} iteration{'s' if num_iterations != 1 else ''} done: {done:,} steps, --total-timesteps {args.total_timesteps:,} "
+        f"in whole rollouts of {global_batch:,} steps"
+    )
 
 
 class Progress:

@@ -458,7 +458,7 @@ def train(args: Args) -> dict:
             last_ckpt = time.monotonic()
 
     host_end = host.cpu_sample(own_root)
-    why = outputs.stopped_by(args, stop, sliced, timed_out, iteration, num_iterations)
+    why = outputs.stopped_by(args, stop, sliced, timed_out, iteration, num_iterations, global_batch)
     progress.close(why)
     save(iteration)
     env_settings = envs.settings()
@@ -469,13 +469,21 @@ def train(args: Args) -> dict:
         process_wall_seconds=time.perf_counter() - t_start,
         stopped_by=why,
         env_settings=env_settings,
-        host=host.host_condition(host_start, host_end).to_json(),
+        host=host.host_condition(host_start, host_end, threads=run_threads(args.backend)).to_json(),
     )
     if rank == 0:
         outputs.finish(writer, out_dir, args, state.ep_steps, state.ep_returns, state.reached, result)
     comms.barrier("the barrier after the result")
     comms.close()
     return result
+
+
+def run_threads(backend: str) -> int | None:
+    """The threads this host's ranks compute on, for the busy rule: torch's per rank (the torch and gymnasium
+    backends step their envs in the same thread); None for atari, whose ale-py steps games on threads of its own."""
+    if backend == "atari":
+        return None
+    return torch.get_num_threads() * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def reached_target(args: Args, recent: deque, mean_recent: float | None) -> bool:

@@ -316,7 +316,7 @@ def prove(args: argparse.Namespace, out: TextIO) -> tuple[int, dict]:
         print(comparison_line(comparison), file=out, flush=True)
     if record.get("gpu_cpu_sps_ratio"):
         ratio = record["ppo"]["sps_end_to_end"] / record["ppo_cpu"]["sps_end_to_end"]
-        print(f"the gate's steps/s on the GPU: {speed_words(ratio)} than on the CPU", file=out, flush=True)
+        print(f"the gate's steps/s on the GPU against the CPU: {speed_words(ratio)}", file=out, flush=True)
     record.update(ok=not failures, failures=failures, seconds=round(time.monotonic() - started, 1), out=str(out_dir))
     record["verdict"] = verdict_line(not failures, place, failures)
     return (EXIT_PROVEN if not failures else EXIT_FAILED), record

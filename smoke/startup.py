@@ -72,7 +72,7 @@ def report(
     if advisories is not None:
         import datetime as dt
 
-        lines.append(common_rules.advisory_summary(advisories, dt.date.today(), at_start=True))
+        lines.append(common_rules.advisory_summary(advisories, dt.date.today()))
     return lines
 
 

@@ -89,6 +89,19 @@ def test_the_switch_turns_it_off(value):
     assert guard.enabled({"PROVEN_TORCH_DISPLAY_CHECK": value}) is False
 
 
+@pytest.mark.parametrize(
+    ("environ", "flags", "hints"),
+    [({"MUJOCO_GL": "egl"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
+     ({"PYOPENGL_PLATFORM": "egl"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
+     ({"MUJOCO_GL": "egl"}, guard.PYGAME_OPENGL, {}),  # an OpenGL window is the user's own
+     ({"MUJOCO_GL": "egl", "SDL_FRAMEBUFFER_ACCELERATION": "1"}, 0, {}),  # the user's value stays
+     ({"MUJOCO_GL": "glfw"}, 0, {}),  # no EGL here: SDL as upstream
+     ({}, 0, {})],
+)  # fmt: skip
+def test_a_plain_window_beside_egl_is_drawn_without_opengl(environ, flags, hints):
+    assert guard.sdl_hints(environ, flags) == hints
+
+
 # --- the hook, on stand-ins, in a child Python --------------------------------------------
 
 STANDINS = {

@@ -103,9 +103,26 @@ def test_this_machine_can_be_read():
         (1.62, True, "1.62x slower"),  # seconds to target above it: the same direction, the same word
         (2.1, False, "2.10x faster"),
         (0.5, True, "2.00x faster"),
-        (1.001, False, "as fast (1.00x)"),
+        (1.001, False, "1.00x: the same within 5%"),
+        (1.9 / 1.86, True, "1.02x slower: the same within 5%"),  # the issue's 1.9 vs 1.9 s to target
+        (1.049, False, "1.05x faster: the same within 5%"),
+        (1.06, False, "1.06x faster"),  # beyond 5%: a difference
         (0.0, False, "no ratio"),
     ],
 )
-def test_every_ratio_says_faster_or_slower(ratio, lower_is_better, words):
+def test_every_ratio_says_faster_or_slower_or_the_same(ratio, lower_is_better, words):
     assert speed_words(ratio, lower_is_better) == words
+
+
+def test_a_one_thread_run_is_judged_on_the_one_core_it_uses():
+    """The issue's run: one thread, 0.98 of a core used, other work 1.00 of 2 CPUs: it had its core."""
+    one = condition(own_cores=0.98, others_cores=1.0, threads=1)
+    assert busy_reasons(one) == [] and condition_text(one).startswith("2 cores, 1 thread used;")
+    assert busy_reasons(condition(own_cores=0.98, others_cores=1.0)) != []  # as many threads as cores: busy
+    assert busy_reasons(condition(own_cores=0.6, others_cores=1.4, threads=1)) == [
+        "other work took 1.40 of the 2 CPUs, leaving the run 0.60 of the 1 core it uses (1 thread)"
+    ]
+
+
+def test_more_threads_than_cores_are_judged_on_the_cores():
+    assert condition(threads=8).uses == 2 and busy_reasons(condition(threads=8, others_cores=0.6))

@@ -1,10 +1,12 @@
-"""The host's virtual environment runs ppo_bench's unit tests against the image's own versions of the
-packages ppo_bench uses: the default line's lock is the source (scripts/host-venv.sh installs from it)."""
+"""The host's virtual environment runs ppo_bench's and the display hook's unit tests against the image's
+own versions of the packages they use: the default line's lock is the source (scripts/host-venv.sh
+installs from it)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
 
 import pytest
 
@@ -12,7 +14,7 @@ from pipeline.variants import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
-SHARED = ("numpy", "matplotlib", "tensorboard", "tqdm", "gymnasium")
+SHARED = ("numpy", "matplotlib", "tensorboard", "tqdm", "gymnasium", "mujoco", "pygame-ce", "opencv-python-headless")
 
 
 def locked_versions(line: str) -> dict[str, str]:
@@ -28,3 +30,13 @@ def test_the_host_runs_the_images_version(package, matrix):
     want = locked_versions(default)[package]
     have = importlib.metadata.version(package)
     assert have == want, f"host {package} {have}, the image's lock {want}: rerun scripts/host-venv.sh"
+
+
+def test_make_venv_only_makes_the_venvs():
+    """`make venv` runs scripts/host-venv.sh and nothing else: no host preparation, no build (make -n: printed, not run)."""
+    done = subprocess.run(["make", "-n", "venv"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout.splitlines()) == (0, ["bash scripts/host-venv.sh"]), done.stderr
+
+
+def test_the_readme_names_make_venv():
+    assert "`make venv`" in (REPO_ROOT / "README.md").read_text()

@@ -241,3 +241,15 @@ def test_startup_reads_min_driver_from_the_spec_and_never_fails(monkeypatch, tmp
     assert startup.main([], out=buf) == 0
     assert "unavailable" in buf.getvalue() and "NVML exploded" in buf.getvalue()
     assert startup.main(["--min-driver"], out=io.StringIO()) == 0  # even a bad argument
+
+
+def test_the_start_log_says_the_advisory_data_as_proof_does():
+    """One wording of the advisory data's age for a user of the image, at a container's start and in `proof`."""
+    import datetime as dt
+
+    from common import rules as common_rules
+
+    section = {"as_of": "2026-01-02", "summary": "none known", "carried": []}
+    lines = startup.report("515.43.04", None, None, 16 * 2**30, ("3.4.1", "12.8"), advisories=section)
+    assert lines[-1] == common_rules.advisory_summary(section, dt.date.today())
+    assert "stale, so advisories published since are not listed" in lines[-1]  # 2026-01-02 is past 90 days for any run

@@ -361,24 +361,27 @@ def test_advisory_summary_names_them_and_says_the_data_is_stale():
     line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
     assert line.startswith(
         "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
-        "(PyPA data as of 2026-07-23, 133 days old); stale: data past 90 days, so a pass on it is not a pass; "
-        "whoever builds the image refreshes it (`build.py advisories --from DIR`"
+        "(PyPA data of 2026-07-23, 133 days old: stale, so advisories published since are not listed; "
+        "a newer image carries newer data)"
     )
     assert "only from sources you trust" in line
     fresh = common_rules.advisory_summary(SECTION, dt.date(2026, 8, 1))
-    assert "9 days old)" in fresh and "stale" not in fresh
+    assert "(PyPA data of 2026-07-23, 9 days old);" in fresh and "stale" not in fresh
 
 
-def test_a_containers_start_says_the_advisory_datas_date_calmly():
-    """Nothing in a running container can refresh the data: the start log names its date, no warning."""
+def test_the_stale_line_speaks_to_the_images_user_not_its_builder():
+    """What `proof` printed before: 'a pass on it is not a pass; whoever builds the image refreshes it (build.py ...)'."""
     import datetime as dt
 
-    line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3), at_start=True)
-    assert line == (
-        "Advisories: 2 high (high and critical accepted): torch PYSEC-2026-139, PYSEC-2026-2286 "
-        "(the build's audit, PyPA data of 2026-07-23)"
-    )
-    assert "stale" not in line and "WARNING" not in line
+    line = common_rules.advisory_summary(SECTION, dt.date(2026, 12, 3))
+    assert "build.py" not in line and "a pass on it is not a pass" not in line and "rebuild" not in line
+
+
+@pytest.mark.parametrize(("as_of", "stale"), [("2026-09-04", False), ("2026-09-03", True), (None, True)])
+def test_ninety_days_is_the_last_fresh_day(as_of, stale):
+    import datetime as dt
+
+    assert common_rules.advisory_age(as_of, dt.date(2026, 12, 3)).endswith("a newer image carries newer data") is stale
 
 
 def test_the_proof_age_limit_is_the_stale_data_rule():
@@ -401,7 +404,7 @@ def test_no_advisories_and_no_record():
 
     assert common_rules.advisory_summary(
         {"as_of": "2026-07-23", "summary": "none known", "carried": []}, dt.date(2026, 8, 1)
-    ) == ("Advisories: none known (PyPA data as of 2026-07-23, 9 days old)")
+    ) == ("Advisories: none known (PyPA data of 2026-07-23, 9 days old)")
     assert common_rules.advisory_summary(None, dt.date(2026, 8, 1)) == "Advisories: not recorded in this image"
     assert common_rules.advisory_details(SECTION)[1].startswith(
         "  PYSEC-2026-2286 (HIGH, accepted) torch 3.4.1, fixed: 3.5.0: torch.load"
