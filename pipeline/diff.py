@@ -55,7 +55,7 @@ class Side:
     why: str = ""  # why it did not verify
 
     def packages(self) -> dict[str, str]:
-        """'pypi/torch' -> '2.9.1', from the signed SBOM's package URLs."""
+        """'pypi/numpy' -> '2.2.0', from the signed SBOM's package URLs."""
         out = {}
         for purl in (self.image or {}).get("packages", []):
             name, _, version = purl.removeprefix("pkg:").partition("@")

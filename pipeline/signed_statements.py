@@ -174,7 +174,7 @@ def _vex(r: Reader, p: dict) -> tuple[Accepted, ...]:
 
 
 def _sbom(r: Reader, p: dict) -> tuple[str, ...]:
-    """The package URL of each component (pkg:pypi/torch@2.9.1, pkg:deb/debian/libc6@2.36-9)."""
+    """The package URL of each component (pkg:pypi/numpy@2.2.0, pkg:deb/debian/libc6@2.36-9)."""
     return tuple(
         str(c["purl"]) for c in r.items(p, "components", optional=True) if isinstance(c, dict) and isinstance(c.get("purl"), str)
     )

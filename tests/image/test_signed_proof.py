@@ -306,7 +306,7 @@ def test_a_proven_image_of_one_line_under_another_lines_tag_is_caught(docker, si
 def test_a_moving_tag_moved_back_to_an_older_signed_digest_is_refused(docker, sign_keys, tiny, tmp_path):
     """Two signed builds of one line; the moving tag moved back to the older: verify of the moving tag names the
     newer build; the older by its own immutable tag or digest, and the moving tag on the newest, still verify."""
-    stem, moving = f"rb{RUN}-2.9.1-cu128-py3.11", f"2.9-cu128-rb{RUN}"
+    stem, moving = f"rb{RUN}-0.1.0-cu100-py3.0", f"2.9-cu128-rb{RUN}"
     builds = {}
     for date, rev, clock in (("20261201", "aaaaaaa", "-4d"), ("20261205", "bbbbbbb", "+0")):
         immutable = f"{stem}-{date}-{rev}"
@@ -646,7 +646,7 @@ def test_diff_compares_two_signed_images_and_names_each_regression(sign_keys, ti
             digest,
             image_id,
             record=record,
-            components=("pkg:pypi/torch@2.9.1", f"pkg:pypi/numpy@{numpy}"),
+            components=("pkg:pypi/torch@1.0.1", f"pkg:pypi/numpy@{numpy}"),
         )
         made[name] = ref
     done = diff_cli(made["a"], made["a"], "--key", public)

@@ -24,7 +24,7 @@ LAYER = {"sha256:" + "1" * 64: 4_000_000_000, "sha256:" + "2" * 64: 200_000}
 def side(
     ref: str = "h/r:a",
     *,
-    packages=("pkg:pypi/torch@2.9.1", "pkg:pypi/numpy@2.1.0"),
+    packages=("pkg:pypi/torch@1.0.1", "pkg:pypi/numpy@2.1.0"),
     sps=1000.0,
     cpu="Xeon",
     findings=(),
@@ -45,7 +45,7 @@ def side(
 
 
 def test_a_package_bump_is_named_and_is_no_regression():
-    record = compare(side(), side("h/r:b", packages=("pkg:pypi/torch@2.9.1", "pkg:pypi/numpy@2.2.0", "pkg:pypi/rich@14.0")))
+    record = compare(side(), side("h/r:b", packages=("pkg:pypi/torch@1.0.1", "pkg:pypi/numpy@2.2.0", "pkg:pypi/rich@14.0")))
     assert record["packages"] == {"added": ["pypi/rich 14.0"], "removed": [], "changed": ["pypi/numpy 2.1.0 -> 2.2.0"]}
     assert record["regressions"] == [] and record["speed"]["ratio"] == 1.0
 
@@ -60,7 +60,7 @@ def test_a_slower_benchmark_on_the_same_hardware_is_a_regression_and_on_other_ha
 
 
 def test_a_new_unaccepted_high_advisory_and_acceptances_are_named():
-    a = side(findings=[("PYSEC-1", "HIGH", "pkg:pypi/torch@2.9.1", True)])
+    a = side(findings=[("PYSEC-1", "HIGH", "pkg:pypi/torch@1.0.1", True)])
     b = side("h/r:b", findings=[("PYSEC-2", "CRITICAL", "pkg:pypi/numpy@2.1.0", False)])
     sec = compare(a, b)["security"]
     assert (sec["fixed_in_b"], sec["new_in_b"], sec["new_unaccepted_high"]) == (["PYSEC-1"], ["PYSEC-2"], ["PYSEC-2"])
@@ -100,7 +100,7 @@ def test_two_signed_images_are_compared_from_statements_and_manifests_without_a_
             digest, _ = server.manifest(body, name)
             folder = tmp_path / name
             run_folder(folder, ref=f"{server.host}/{REPO}", digest=digest, image_id=config, tags=(name,),
-                       record=validation(), components=("pkg:pypi/torch@2.9.1", f"pkg:pypi/numpy@{numpy}"))  # fmt: skip
+                       record=validation(), components=("pkg:pypi/torch@1.0.1", f"pkg:pypi/numpy@{numpy}"))  # fmt: skip
             stmts = image_statements(folder, Subject(f"{server.host}/{REPO}", digest))
             signed = attest.sign(attest.KeySource(private), stmts)
             kinds = [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed.envelopes, strict=True)]
