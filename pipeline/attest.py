@@ -215,6 +215,7 @@ def _refuse_in_build_context(path: Path, flag: str) -> None:
 def _passphrase(passphrase_file: str | None, needed: str = "") -> bytes | None:
     """The passphrase from the file, else the environment; `needed`: what wants one (a refusal names it)."""
     if passphrase_file:
+        _private_to_owner(Path(passphrase_file), "--sign-key-passphrase-file")
         try:
             text = Path(passphrase_file).read_text().rstrip("\n")
         except OSError as err:
@@ -252,6 +253,23 @@ def _load_private(path: Path, passphrase_file: str | None):
     return signer
 
 
+def _private_to_owner(path: Path, flag: str, writable_only: bool = False) -> None:
+    """A file others can read (a folder others can write into, `writable_only`), or that another user owns,
+    is refused: someone else could read the secret or swap the key."""
+    try:
+        st = path.stat()
+    except OSError:
+        return  # missing: the read that follows says so
+    open_to = stat.S_IWGRP | stat.S_IWOTH if writable_only else stat.S_IRWXG | stat.S_IRWXO
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{flag} {path}: owned by uid {st.st_uid}, not by this user; use one of your own")
+    if st.st_mode & open_to:
+        what = "writable by others" if writable_only else "readable by others"
+        raise UsageError(
+            f"{flag} {path}: {what} (mode {st.st_mode & 0o777:o}); run `chmod {'go-w' if writable_only else '600'} {path}`"
+        )
+
+
 def _create(path: Path, data: bytes, mode: int) -> None:
     """Write a new file; never through a symlink, never over an existing file (or a dangling link)."""
     try:
@@ -270,6 +288,8 @@ def _keygen(directory: Path, encrypt: bool, passphrase_file: str | None) -> dict
     _refuse_in_build_context(private, "keygen")
     if directory.is_symlink():
         raise UsageError(f"{directory} is a symlink: keygen writes keys into a real folder only")
+    if directory.exists():
+        _private_to_owner(directory, "keygen", writable_only=True)
     for path in (private, public):
         if path.exists() or path.is_symlink():
             raise UsageError(f"{path} exists (or is a link): keygen never overwrites a key; pick an empty folder or move it away")

@@ -75,12 +75,25 @@ class Keys:
         return " or ".join(f"{k.keyid[:16]}…" for k in self.keys)
 
 
-def read_signed(registry_client: registry.Registry, digest: str, key: Keys, label: str) -> tuple[list[Signed], int, set[str]]:
-    """(the statements about `digest` whose signature one of `key` verifies, how many envelopes there were, the
-    key ids the others name)."""
-    signed, others, count = [], set(), 0
+@dataclass
+class Read:
+    """What the registry holds about one digest: the statements one of the keys verifies, how many envelopes
+    there were, the key ids the others name, and why envelopes that name a key did not verify."""
+
+    signed: list[Signed]
+    count: int = 0
+    others: set[str] = dataclasses.field(default_factory=set)
+    unverified: list[str] = dataclasses.field(default_factory=list)
+
+
+def read_signed(registry_client: registry.Registry, digest: str, key: Keys, label: str) -> Read:
+    """Every envelope about `digest`, one at a time. One that names a key but does not verify (junk anyone
+    can attach) is set aside, not fatal: it adds nothing, and the run it would have belonged to is then
+    incomplete, which is refused with its reason."""
+    found = Read([])
+    signed, others = found.signed, found.others
     for data in referrers.envelopes_about(registry_client, digest):  # one at a time: only its Signed record is kept
-        count += 1
+        found.count += 1
         envelope = registry.parse_json(data, f"{label}: a statement envelope")
         del data
         if not isinstance(envelope, dict):
@@ -90,14 +103,18 @@ def read_signed(registry_client: registry.Registry, digest: str, key: Keys, labe
         if opener is None:
             others |= {k[:16] for k in names}
             continue
-        payload = attest.open_envelope(envelope, opener, f"{label}: a statement")
+        try:
+            payload = attest.open_envelope(envelope, opener, f"{label}: a statement")
+        except NotVerified as err:
+            found.unverified.append(str(err))
+            continue
         stmt = read_statement(registry.parse_json(payload, f"{label}: a signed statement"), f"{label}: a signed statement")
         if stmt.digest != digest:
             raise NotVerified(
                 f"{label}: the signed {stmt.kind} statement is about {stmt.digest}, not {digest}: copied from another image"
             )
         signed.append(stmt)
-    return signed, count, others
+    return found
 
 
 def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> RunSet:
@@ -137,18 +154,23 @@ def signed_statements(
     label: str,
     unsigned_why: Callable[[], str] = lambda: "",
 ) -> RunSet:
-    signed, count, others = read_signed(registry_client, digest, key, label)
-    if count == 0:
+    found = read_signed(registry_client, digest, key, label)
+    if found.count == 0:
         raise NotVerified(
             f"{label}: no signed statements are attached to {digest}: "
             + (unsigned_why() or "pushed unsigned, or not by this pipeline")
         )
-    if not signed:
+    if not found.signed and not found.unverified:
         raise NotVerified(
-            f"{label}: none of its {count} statements is signed by key {key} "
-            f"(they name key {', '.join(sorted(others)) or 'none'}…): the wrong public key, or signed by someone else"
+            f"{label}: none of its {found.count} statements is signed by key {key} "
+            f"(they name key {', '.join(sorted(found.others)) or 'none'}…): the wrong public key, or signed by someone else"
         )
-    return deciding_run(signed, kinds, label)
+    try:
+        return deciding_run(found.signed, kinds, label)
+    except NotVerified as err:
+        if not found.unverified:
+            raise
+        raise NotVerified(f"{err}; {len(found.unverified)} naming the key did not verify, e.g. {found.unverified[0]}") from None
 
 
 def judge_result(test: TestResult, require_gpu: bool, label: str, index: bool = False) -> None:

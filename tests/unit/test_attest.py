@@ -45,6 +45,7 @@ def encrypted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("enc")
     passphrase = folder / "passphrase"
     passphrase.write_text("correct horse\n")
+    passphrase.chmod(0o600)
     private, public, keyid = attest.keygen(folder / "k", encrypt=True, passphrase_file=passphrase)
     return private, passphrase, keyid
 
@@ -94,10 +95,26 @@ def test_an_encrypted_key_without_its_passphrase_or_with_a_wrong_one_is_one_line
         attest.check_key(attest.KeySource(private))
     wrong = tmp_path / "wrong"
     wrong.write_text("battery staple\n")
+    wrong.chmod(0o600)
     with pytest.raises(UsageError, match="the passphrase is wrong"):
         attest.check_key(attest.KeySource(private, wrong))
     with pytest.raises(UsageError, match="keygen --encrypt needs a passphrase"):
         attest.keygen(tmp_path / "no-passphrase", encrypt=True)
+
+
+def test_a_passphrase_file_others_can_read_and_a_key_folder_others_can_write_are_refused(encrypted, tmp_path):
+    private, passphrase, _ = encrypted
+    loose = tmp_path / "loose-passphrase"
+    loose.write_text(passphrase.read_text())
+    loose.chmod(0o644)
+    with pytest.raises(UsageError, match="readable by others.*chmod 600"):
+        attest.check_key(attest.KeySource(private, loose))
+    shared = tmp_path / "shared-keys"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UsageError, match="writable by others.*chmod go-w"):
+        attest.keygen(shared)
+    assert not (shared / attest.PRIVATE_NAME).exists()
 
 
 def test_a_key_inside_the_checkout_is_refused(tmp_path):

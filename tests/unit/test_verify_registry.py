@@ -181,6 +181,23 @@ def test_a_dropped_statement_of_the_newest_run_is_refused_not_filled_in_from_an_
         verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
 
 
+def test_a_junk_envelope_naming_the_key_beside_a_whole_run_does_not_deny_the_image(server, keys, tmp_path):
+    """Anyone can attach an envelope that names the project key's id: it is set aside, not fatal; a run it
+    would complete stays incomplete and is refused with both reasons."""
+    digest, config = image(server)
+    signed, run = envelopes(keys, tmp_path, digest, config, 1, gpu=True)
+    keyid = attest.load_public_key(keys[1]).keyid
+    junk = json.dumps(
+        {"payloadType": statements.PAYLOAD_TYPE, "payload": "e30=", "signatures": [{"keyid": keyid, "sig": "AAAA"}]}
+    )
+    whole = artifacts(server, digest, [*signed, ("test-result", junk.encode())], "x")
+    list_referrers(server, digest, whole)
+    assert verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])["images"][0]["run"] == run
+    list_referrers(server, digest, [d for d in whole if d["annotations"][PREDICATE_ANNOTATION] != statements.PREDICATES["vex"]])
+    with pytest.raises(NotVerified, match="incomplete: no signed vex statement.*1 naming the key did not verify"):
+        verify.verify(f"{server.host}/{REPO}:2.9-cu128", keys[1])
+
+
 def test_an_incomplete_run_is_refused(server, keys, tmp_path):
     digest, config = image(server)
     run = artifacts(server, digest, envelopes(keys, tmp_path, digest, config, 1, gpu=True)[0], "x")
