@@ -161,9 +161,13 @@ PYGAME_OPENGL = 0x2  # pygame.OPENGL
 
 
 def sdl_hints(environ: dict[str, str], flags: int) -> dict[str, str]:
-    """The SDL hints a pygame window opened with `flags` needs here: none, or no OpenGL beside EGL."""
+    """The SDL hints a pygame window opened with `flags` needs here: none, or no OpenGL beside EGL. Only on
+    a local X server (DISPLAY ":1", "unix:1"): without OpenGL SDL draws through MIT-SHM, which a display
+    forwarded by ssh -X ("localhost:10.0") advertises but cannot attach (X_ShmAttach BadRequest ends the
+    process), so there SDL is left as upstream has it (its OpenGL probe works over ssh -X)."""
     egl = "egl" in (environ.get("MUJOCO_GL", "").lower(), environ.get("PYOPENGL_PLATFORM", "").lower())
-    if not egl or flags & PYGAME_OPENGL or SDL_FRAMEBUFFER_HINT in environ:
+    local = environ.get("DISPLAY", "").startswith((":", "unix:"))  # no `re`: this module loads in every process
+    if not egl or not local or flags & PYGAME_OPENGL or SDL_FRAMEBUFFER_HINT in environ:
         return {}
     return {SDL_FRAMEBUFFER_HINT: "0"}
 

@@ -91,11 +91,12 @@ def test_the_switch_turns_it_off(value):
 
 @pytest.mark.parametrize(
     ("environ", "flags", "hints"),
-    [({"MUJOCO_GL": "egl"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
-     ({"PYOPENGL_PLATFORM": "egl"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
-     ({"MUJOCO_GL": "egl"}, guard.PYGAME_OPENGL, {}),  # an OpenGL window is the user's own
-     ({"MUJOCO_GL": "egl", "SDL_FRAMEBUFFER_ACCELERATION": "1"}, 0, {}),  # the user's value stays
-     ({"MUJOCO_GL": "glfw"}, 0, {}),  # no EGL here: SDL as upstream
+    [({"MUJOCO_GL": "egl", "DISPLAY": ":1"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
+     ({"PYOPENGL_PLATFORM": "egl", "DISPLAY": "unix:0.0"}, 0, {"SDL_FRAMEBUFFER_ACCELERATION": "0"}),
+     ({"MUJOCO_GL": "egl", "DISPLAY": "localhost:10.0"}, 0, {}),  # ssh -X: MIT-SHM cannot attach there
+     ({"MUJOCO_GL": "egl", "DISPLAY": ":1"}, guard.PYGAME_OPENGL, {}),  # an OpenGL window is the user's own
+     ({"MUJOCO_GL": "egl", "DISPLAY": ":1", "SDL_FRAMEBUFFER_ACCELERATION": "1"}, 0, {}),  # the user's value stays
+     ({"MUJOCO_GL": "glfw", "DISPLAY": ":1"}, 0, {}),  # no EGL here: SDL as upstream
      ({}, 0, {})],
 )  # fmt: skip
 def test_a_plain_window_beside_egl_is_drawn_without_opengl(environ, flags, hints):

@@ -5,6 +5,7 @@ installs from it)."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import subprocess
 
@@ -34,7 +35,9 @@ def test_the_host_runs_the_images_version(package, matrix):
 
 def test_make_venv_only_makes_the_venvs():
     """`make venv` runs scripts/host-venv.sh and nothing else: no host preparation, no build (make -n: printed, not run)."""
-    done = subprocess.run(["make", "-n", "venv"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    outside_make = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # `make test` runs this
+    argv = ["make", "-n", "--no-print-directory", "venv"]
+    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, env=outside_make)
     assert (done.returncode, done.stdout.splitlines()) == (0, ["bash scripts/host-venv.sh"]), done.stderr
 
 
