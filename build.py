@@ -70,8 +70,8 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=HELP["--debug"])
 
     def add(names: str, *options: str, **settings: Any) -> None:
-        for name in names.split():
-            into[name].add_argument(*options, help=HELP[options[-1]], **settings)
+        for name in names.split():  # a command's own help for a shared flag ("list --json") before the shared one
+            into[name].add_argument(*options, help=HELP.get(f"{name} {options[-1]}", HELP[options[-1]]), **settings)
             flags[name] += [o for o in options if o.startswith("-")]  # positionals are no flag
 
     for option in ("--cuda", "--torch", "--flavor"):  # default None: `lock --check` refuses them when given
@@ -148,7 +148,13 @@ def _with_command(argv: list[str]) -> list[str]:
         i += 2 if GLOBAL_FLAGS[argv[i]] else 1
     if i < len(argv) and argv[i] in COMMANDS:
         return argv
+    if i < len(argv) and not argv[i].startswith("-"):
+        raise UnknownCommand(argv[i])
     return [*argv[:i], "build", *argv[i:]]  # `--help` too: the default command's flags, the commands in its epilog
+
+
+class UnknownCommand(Exception):
+    """A first word that is no command of build.py (build's flags all start with a dash)."""
 
 
 def list_output(matrix: Matrix, args: argparse.Namespace) -> list[str]:
@@ -277,7 +283,11 @@ def say(lines: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser, flags = make_parser()
-    args, extra = parser.parse_known_args(_with_command(sys.argv[1:] if argv is None else list(argv)))
+    try:
+        words = _with_command(sys.argv[1:] if argv is None else list(argv))
+    except UnknownCommand as err:
+        parser.exit(2, f"build.py: {str(err)[:80]!r} is no command; the commands: {', '.join(COMMANDS)} (see --help)\n")
+    args, extra = parser.parse_known_args(words)
     if extra:
         refuse_extra(parser, flags, args.command, extra)
     if args.command == "lock" and args.check and any(getattr(args, name) is not None for name in LOCK_CHECK_TAKES_NO):

@@ -57,7 +57,11 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--report-dir": "where reports go (default: reports/)",
     "--check": "fail (exit 2) when a committed file is stale",
     "--markdown": "print the table as Markdown (the README's)",
-    "--json": "print JSON: list: the matrix (what CI's workflows read); verify: what was checked and found",
+    "--json": "print JSON",
+    "list --json": "print the matrix as JSON (what CI's workflows read)",
+    "verify --json": "print what was checked and found as JSON",
+    "diff --json": "print the comparison as JSON (schema 1: stable; `regressions` names each)",
+    "diff --markdown": "print a Markdown table fit for a pull request comment",
     "--default": "print the default variant's name (what scripts build)",
     "--here": "also say whether this host can build each line, and if not why and what to do (probes the wheel indexes, qemu, "
     "Docker and the GPU, a few seconds; plain list probes nothing)",

@@ -38,8 +38,13 @@ EXAMPLES = {
         "proof-cpu", EXAMPLES_DIR / "proof-cpu" / "proof.log", ("against the release", "proof: PROVEN", "proof: FAILED")
     ),
     "bench-atari-cpu": Example("bench-atari-cpu", EXAMPLES_DIR / "bench-atari-cpu" / "bench.log", ("proof --bench atari:",)),
+    "diff-lines": Example(  # the summary lines, not the list of each package
+        "diff-lines",
+        EXAMPLES_DIR / "diff-lines" / "diff.log",
+        ("diff ", "  trust", "  changed", "  packages", "  security", "  cost", "  proof", "  speed", "verdict", "  REGRESSION"),
+    ),
 }
-DOCS = (Path("README.md"), Path("docs") / "using-the-image.md")
+DOCS = (Path("README.md"), Path("docs") / "using-the-image.md", Path("docs") / "diff.md")
 _BLOCK = re.compile(r"(<!-- example: (?P<name>[\w-]+)[^>]*-->\n```text\n)(?P<body>.*?)(```\n<!-- /example -->)", re.S)
 
 

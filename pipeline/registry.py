@@ -258,6 +258,20 @@ def _docker_login(host: str) -> tuple[str, str] | None:
     return user, password
 
 
+def _why(err: requests.RequestException) -> str:
+    """A network failure in a few whole words (urllib3's messages nest the cause several levels deep)."""
+    text = str(err)
+    for cause, said in (
+        ("NameResolutionError", "its name does not resolve"),
+        ("Connection refused", "the connection was refused"),
+        ("timed out", "it did not answer in time"),
+        ("CERTIFICATE_VERIFY_FAILED", "its TLS certificate is not trusted here"),
+    ):
+        if cause in text:
+            return said
+    return type(err).__name__
+
+
 def _netloc(url: str) -> str:
     return urlparse(url).netloc.lower()
 
@@ -312,7 +326,7 @@ class Registry:
                         resp = self._send(method, url, what, dict(kwargs))
         except requests.RequestException as err:
             raise RegistryUnreachable(
-                f"cannot reach the registry {self.ref.host}: {str(err).splitlines()[0][:160]}; is it running, and is the name right?"
+                f"cannot reach the registry {self.ref.host}: {_why(err)}; is it running, and is the name right?"
             ) from None
         encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from common.rules import STALE_AFTER_DAYS
 from pipeline import attest, referrers, registry
-from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
+from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.labels import PREFIX
 from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
 from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS
@@ -280,7 +280,15 @@ def verify(
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
     key = Keys(tuple(attest.load_public_key(path) for path in ([key_paths] if isinstance(key_paths, Path) else key_paths)))
-    client, ref, (body, media, digest) = registry.open_image(image_ref, timeout)
+    try:
+        client, ref, (body, media, digest) = registry.open_image(image_ref, timeout)
+    except RegistryUnreachable as err:
+        if not (registry.parse_ref(image_ref).host == "docker.io" and not image_ref.startswith("docker.io/")):
+            raise
+        raise RegistryUnreachable(  # `proven-torch:2.9-cu128`: a local image's name, read as Docker Hub's
+            f"{err}; verify reads a registry, never this host's images: push it first (`build.py --cuda X --push "
+            "--registry HOST:PORT --sign-key KEY`) and verify HOST:PORT/proven-torch:TAG"
+        ) from None
     images: list[dict] = []
     record: dict = {
         "verified": True,

@@ -278,3 +278,33 @@ def test_a_line_whose_packages_skip_a_release_says_why_in_a_footnote(matrix):
     text = listing.variant_table_text(matrix)
     assert "2.15-cu132  [1]" in text and f"[1] 2.15-cu132: {noted[0].pins_note}." in text
     assert f"[1] 2.15-cu132: {noted[0].pins_note}." in listing.variant_table_markdown(matrix)
+
+
+def test_an_unknown_command_says_so_and_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        build.main(["frobnicate", "--json"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1
+    assert "'frobnicate' is no command" in err and all(name in err for name in build.COMMANDS)
+
+
+def _help_text(parser, command: str) -> str:
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        parser.parse_args([command, "--help"])
+    return " ".join(out.getvalue().split())
+
+
+def test_each_command_says_what_its_own_json_prints():
+    parser, _ = build.make_parser()
+    helps = {name: _help_text(parser, name) for name in ("list", "verify", "diff")}
+    assert "the matrix as JSON" in helps["list"] and "the matrix" not in helps["verify"] and "schema 1" in helps["diff"]
+
+
+def test_verify_of_a_local_image_name_says_verify_reads_a_registry(tmp_path):
+    from pipeline.attest import keygen
+
+    _, public, _ = keygen(tmp_path / "k")
+    done = _cli("verify", "proven-torch:2.9-cu128", "--key", str(public), "--timeout", "5")
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert "verify reads a registry, never this host's images: push it first" in done.stderr

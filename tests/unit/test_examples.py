@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pipeline import examples
+from pipeline import diff, examples
 from pipeline.variants import REPO_ROOT
 from ppo_bench import bench
 from smoke import proof
@@ -36,6 +36,13 @@ def test_the_bench_example_is_what_proof_bench_prints_from_its_result():
     kind = str(result["device"]).split(":")[0]
     release = json.loads((BENCH_DIR / "release_figures.json").read_text())[result["env_id"]].get(kind)
     assert line == bench.bench_line("atari", result, release)
+
+
+def test_the_diff_example_is_what_diff_prints_from_its_record():
+    record = json.loads((REPO_ROOT / examples.EXAMPLES_DIR / "diff-lines" / "diff.json").read_text())
+    printed = [line for line in diff.screen(record) if line.startswith(examples.EXAMPLES["diff-lines"].starts)]
+    assert examples.EXAMPLES["diff-lines"].lines() == printed
+    assert record["a"]["verified"] and record["b"]["verified"]
 
 
 def test_each_example_folder_says_where_and_when_it_ran():
