@@ -16,7 +16,7 @@
 #       container's, nothing is printed around it.
 #
 # Environment (docs/using-the-image.md): JUPYTER_TOKEN, JUPYTER_TOKEN_FILE,
-# JUPYTER_PASSWORD_HASH, PUBLIC_KEY, PUBLIC_KEY_FILE, SSH_PORT (2222),
+# JUPYTER_PASSWORD_HASH, PUBLIC_KEY, PUBLIC_KEY_FILE, SSH_PORT (2222), SSH_HOST_PORT (the host's port for the log's ssh line),
 # SSH_HOST_KEY_DIR (/workspace/.ssh-host-keys), SSH_X11_FORWARDING (yes; no turns off `ssh -X`).
 #
 # Everything runs as the container's user (any UID): sshd too, so only that user
@@ -183,7 +183,20 @@ EOF
     printf 'ssh %s\n' "$port" >>"$RUN_DIR/services"
     fingerprints="$(for f in "$HOST_KEY_DIR"/ssh_host_*_key.pub; do ssh-keygen -l -f "$f" | awk '{print $NF " " $2}'; done | paste -sd ' ' -)"
     log "SSH: sshd on port $port for user '$(id -un)' (key only); host keys in $HOST_KEY_DIR: $fingerprints"
-    log "SSH: ssh -p <host port published for $port> $(id -un)@127.0.0.1"
+    log "SSH: $(ssh_line "$port" "$(id -un)")"
+}
+
+# The line a user copies to log in: the host's port when SSH_HOST_PORT says it (as JUPYTER_HOST_PORT does
+# for the Lab's URL), else the command on the host that finds it (a container's hostname is its ID).
+ssh_line() {
+    local port=$1 user=$2
+    if [[ "${SSH_HOST_PORT:-}" =~ ^[1-9][0-9]{0,4}$ ]] && (( SSH_HOST_PORT <= 65535 )); then
+        printf 'ssh -p %s %s@127.0.0.1\n' "$SSH_HOST_PORT" "$user"
+    else
+        # shellcheck disable=SC2016  # the backticks are words for the user, not a command here
+        printf 'ssh -p PORT %s@127.0.0.1, PORT being what `docker port %s %s` prints on the host (or start with -e SSH_HOST_PORT=PORT)\n' \
+            "$user" "$(hostname)" "$port"
+    fi
 }
 
 # --- JupyterLab --------------------------------------------------------------------

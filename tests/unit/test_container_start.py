@@ -188,3 +188,17 @@ def test_a_workspace_with_anything_in_it_is_left_alone(examples):
     result = bash(f'EXAMPLES_SRC="{source}"; offer_examples "{workspace}"')
     assert result.returncode == 0 and sorted(p.name for p in workspace.iterdir()) == [".hidden"]
     assert f"cp -r {source} {workspace}/examples" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host_port", "line"),
+    [("2299", "ssh -p 2299 user@127.0.0.1"),
+     (None, "ssh -p PORT user@127.0.0.1, PORT being what `docker port HOSTID 2222` prints on the host"),
+     ("22x", "ssh -p PORT user@127.0.0.1, PORT being what `docker port HOSTID 2222`"),
+     ("70000", "ssh -p PORT user@127.0.0.1")],
+)  # fmt: skip
+def test_the_start_logs_ssh_line_is_one_to_copy_or_says_how_to_find_the_port(host_port, line):
+    """No <placeholder> to edit: the host's port when SSH_HOST_PORT says it, else the command that finds it."""
+    env = {"HOSTNAME": "HOSTID"} if host_port is None else {"SSH_HOST_PORT": host_port}
+    result = bash("hostname() { echo HOSTID; }; ssh_line 2222 user", env=env)
+    assert result.returncode == 0 and result.stdout.startswith(line) and "<" not in result.stdout, result.stdout
