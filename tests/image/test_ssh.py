@@ -164,6 +164,20 @@ def test_a_wrong_key_is_refused(box, keys):
 # --- persistence and identity ---------------------------------------------------------
 
 
+def test_the_start_log_prints_a_login_line_to_copy(docker, image, keys):
+    """No placeholder: with SSH_HOST_PORT the line names the host's port; without it, the command that finds it
+    (the container's hostname is its ID, which `docker port` takes)."""
+    for environment, want in (({"SSH_HOST_PORT": "2299"}, "SSH: ssh -p 2299 user@127.0.0.1"), ({}, "docker port ")):
+        env = {"PUBLIC_KEY": keys["public"], **environment}
+        with TrackedContainer(docker, image, command=["sshd"], environment=env) as container:
+            container.start(ports=(2222,))
+            wait_for_sshd(container)
+            line = next(line for line in container.logs().splitlines() if "SSH: ssh -p" in line)
+            assert want in line and "<" not in line, line
+            if not environment:
+                assert f"docker port {container.container.id[:12]} 2222" in line, line
+
+
 def test_workspace_and_host_identity_survive_a_recreated_container(docker, image, keys, volume):
     mounts = {volume: {"bind": "/workspace", "mode": "rw"}}
     known_hosts = keys["known_hosts"].with_name("known_hosts_recreated")
