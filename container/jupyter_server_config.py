@@ -30,6 +30,9 @@ if os.environ.get("JUPYTER_PASSWORD_HASH"):
 # news feed (the image must work offline and behind proxies).
 c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
 c.LabApp.news_url = None
+# and no extension catalogue: the "pypi" manager asks PyPI for every search of the Extension Manager
+# (its log said so); "readonly" lists the installed extensions and installs none (they come with the image)
+c.LabApp.extension_manager = "readonly"
 
 # Terminals run bash as a login shell (Jupyter's default is $SHELL, unset in the
 # image, so plain `sh`): /etc/profile.d/proven-torch.sh then gives them the

@@ -53,6 +53,15 @@ DOCS = "docs/using-the-image.md#watch-your-agent"
 class NoDisplayError(RuntimeError):
     """A window was asked for (render_mode="human") and no display answers. The message says what to do."""
 
+    def _render_traceback_(self) -> list[str]:
+        """How IPython (the Lab's kernels) shows it: the message first and whole, then the line of the user's
+        code that asked for the window, instead of a dozen frames of gymnasium's with the message last."""
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(self.__traceback__) if "site-packages" not in f.filename]
+        where = [f"(the window was asked for at {f.filename}, line {f.lineno}: {f.line})" for f in frames[-1:]]
+        return [f"{type(self).__name__}: {self}", *where]
+
 
 # --- the checks (pure, apart from one socket connect) -----------------------------------------
 
@@ -125,10 +134,12 @@ def display_problem(environ: dict[str, str], socket_dir: str = X11_SOCKET_DIR) -
 
 
 def fixes(environ: dict[str, str], library: str = "") -> str:
-    """What to do about it: the same three ways everywhere; for GLFW, a word on a MUJOCO_GL of the user's own."""
+    """What to do about it: the same four ways everywhere; for GLFW, a word on a MUJOCO_GL of the user's own."""
     lines = [
         "  - in JupyterLab: open the Desktop tile in the launcher; kernels and terminals of the Lab draw on it",
         "  - over SSH: connect with `ssh -X` (or -Y); windows then show on your own screen",
+        "  - on a Linux desktop of your own: `docker run -e DISPLAY -v /tmp/.X11-unix:/tmp/.X11-unix:ro ...` shows"
+        " them on your X server (after `xhost +SI:localuser:$(id -nu 1000)`: the image's user is UID 1000)",
         '  - no window at all: render_mode="rgb_array" gives frames (gymnasium.wrappers.RecordVideo writes an mp4)',
     ]
     mujoco_gl = environ.get("MUJOCO_GL", "")

@@ -58,7 +58,8 @@ xdpyinfo >/dev/null 2>&1 || { log "no answer on $DISPLAY_NAME in 30 s; its log: 
 
 # blackbox keeps its settings in a file it may write back: a copy of the image's, per start.
 cp "$HERE/blackboxrc" "$DESKTOP_DIR/blackboxrc"
-(cd "${HOME:-/}" && exec blackbox -rc "$DESKTOP_DIR/blackboxrc") >>"$LOG" 2>&1 &
+# in /workspace, as every other way in: the desktop's terminals (its menu's xterm) start there
+(cd /workspace 2>/dev/null || cd "${HOME:-/}"; exec blackbox -rc "$DESKTOP_DIR/blackboxrc") >>"$LOG" 2>&1 &
 wm=$!
 log "started on DISPLAY=$DISPLAY_NAME in $((SECONDS - started)) s (TigerVNC's Xtigervnc, blackbox); log: $LOG"
 

@@ -104,6 +104,22 @@ def test_server_list_finds_the_server_through_docker_exec(lab):
 # --- token settings ---------------------------------------------------------------
 
 
+def test_the_extension_manager_searches_no_catalogue(lab):
+    container, jupyter = lab
+    assert "Extension Manager is 'readonly'" in container.logs() and "Extension Manager is 'pypi'" not in container.logs()
+    listed = jupyter.get("/lab/api/extensions")
+    assert listed.status_code == 200, listed.text[:300]
+
+
+def test_the_lab_without_a_network_logs_no_error(docker, image):
+    """What the docs claim: the Lab reaches out to nothing, so with --network none its log has no error."""
+    with TrackedContainer(docker, image, network_mode="none") as container:
+        container.start()
+        wait_until(lambda: "JupyterLab is ready" in container.logs(), 120, "the Lab without a network")
+        errors = [line for line in container.logs().splitlines() if " E " in line[:40] or "Traceback" in line or "[E " in line]
+        assert errors == [], errors
+
+
 def test_an_empty_jupyter_token_does_not_disable_auth(docker, image):
     with TrackedContainer(docker, image, environment={"JUPYTER_TOKEN": ""}) as container:
         container.start(ports=(8888,))

@@ -217,3 +217,18 @@ def test_other_imports_are_untouched_and_install_is_idempotent(standins):
         print(sum(type(f).__name__ == "_Finder" for f in sys.meta_path), json.__loader__.__class__.__name__)
     """)  # fmt: skip
     assert done.stdout.split() == ["1", "SourceFileLoader"], done.stderr
+
+
+def test_in_the_lab_the_message_reads_first_with_the_line_that_asked_for_the_window():
+    """IPython shows an exception's _render_traceback_ instead of its frames: the hint first, then the user's line."""
+
+    def users_cell():
+        raise guard.NoDisplayError(guard.message("pygame", "DISPLAY is not set", {}))
+
+    try:
+        users_cell()
+    except guard.NoDisplayError as err:
+        lines = err._render_traceback_()
+    assert lines[0].startswith('NoDisplayError: pygame needs a display to open a window (render_mode="human")')
+    assert "a Linux desktop of your own" in lines[0] and "ssh -X" in lines[0]
+    assert len(lines) == 2 and "users_cell" not in lines[1] and "raise guard.NoDisplayError" in lines[1]
