@@ -374,6 +374,12 @@ def test_the_desktop_opens_through_the_lab_within_its_timeout(watched):
     assert watched["screen"][0] > 0 and watched["canvas"][2] > 0
 
 
+def test_the_desktops_terminals_start_in_the_workspace(desktop, watched):
+    """Its menu's xterm inherits the window manager's folder: /workspace, as every other way in."""
+    cwd = x(desktop, "sh", "-c", "readlink /proc/$(pgrep -x blackbox | head -1)/cwd").strip()
+    assert cwd == "/workspace", cwd
+
+
 def test_nothing_listens_beyond_the_labs_port_and_sshd(watched):
     ports = {int(line.split()[3].rsplit(":", 1)[1]) for line in watched["tcp"].splitlines() if line.strip()}
     assert ports == {8888, 2222}, watched["tcp"]
