@@ -17,6 +17,7 @@ in memory (no file of any package changes on disk):
 | glfw | init, create_window | MuJoCo's human viewer (gymnasium), `MUJOCO_GL=glfw` |
 | pygame.display | set_mode | classic control, toy text, Box2D, gymnasium.utils.play |
 | ale_py._ale_py | ALEInterface.setBool("display_screen", True) | Atari (ALE) in human mode |
+| mujoco | its warning handler (set_mju_user_warning): Python warnings, no MUJOCO_LOG.TXT | every MuJoCo env |
 
 One more thing pygame's set_mode gets, with a display: where rendering goes through EGL (the image's
 MUJOCO_GL=egl, or PYOPENGL_PLATFORM=egl), a plain window (no pygame.OPENGL flag) is drawn without
@@ -255,7 +256,31 @@ def _patch_ale(module) -> None:
     cls.setBool = setBool
 
 
-PATCHES = {"glfw": _patch_glfw, "pygame.display": _patch_pygame_display, "ale_py._ale_py": _patch_ale}
+# What MuJoCo warns about on every compile of a model gymnasium ships (its half_cheetah.xml sets settotalmass):
+# nothing a user can act on.
+KNOWN_MUJOCO_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+def mujoco_warning(message: str) -> None:
+    """MuJoCo's warning handler here: a Python warning (shown once per place, filterable), never MuJoCo's
+    default, which prints it and appends it to MUJOCO_LOG.TXT in the current folder (a notebook's); the known
+    asset warnings are dropped."""
+    if not message.startswith(KNOWN_MUJOCO_WARNINGS):
+        import warnings
+
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
+def _patch_mujoco(module) -> None:
+    module.set_mju_user_warning(mujoco_warning)
+
+
+PATCHES = {
+    "glfw": _patch_glfw,
+    "pygame.display": _patch_pygame_display,
+    "ale_py._ale_py": _patch_ale,
+    "mujoco": _patch_mujoco,
+}
 
 
 class _Loader:

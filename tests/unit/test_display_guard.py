@@ -232,3 +232,40 @@ def test_in_the_lab_the_message_reads_first_with_the_line_that_asked_for_the_win
     assert lines[0].startswith('NoDisplayError: pygame needs a display to open a window (render_mode="human")')
     assert "a Linux desktop of your own" in lines[0] and "ssh -X" in lines[0]
     assert len(lines) == 2 and "users_cell" not in lines[1] and "raise guard.NoDisplayError" in lines[1]
+
+
+MUJOCO_PROBE = """
+import sys, warnings
+sys.path.insert(0, sys.argv[1])
+import proven_torch_display
+proven_torch_display.install()
+import gymnasium as gym
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    gym.make("HalfCheetah-v5").reset(seed=0)
+print("WARNINGS", len(caught))
+"""
+
+
+@pytest.mark.process
+def test_mujocos_known_asset_warning_leaves_no_line_and_no_mujoco_log_in_the_folder(tmp_path):
+    """HalfCheetah printed a red settotalmass warning and wrote MUJOCO_LOG.TXT into the notebook's folder."""
+    if subprocess.run([sys.executable, "-c", "import mujoco"], capture_output=True, timeout=60).returncode != 0:
+        pytest.fail("the host venv has no mujoco: run scripts/host-venv.sh (it installs the image's version)")
+    container = str(Path(guard.__file__).parent)
+    done = subprocess.run(
+        [sys.executable, "-c", MUJOCO_PROBE, container], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "settotalmass" not in done.stderr + done.stdout and done.stdout.strip().endswith("WARNINGS 0")
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    control = tmp_path / "without-the-hook"  # the same make without install(): MuJoCo's default handler
+    control.mkdir()
+    probe = MUJOCO_PROBE.replace("proven_torch_display.install()", "")
+    subprocess.run([sys.executable, "-c", probe, container], cwd=control, capture_output=True, text=True, timeout=120, check=True)
+    assert (control / "MUJOCO_LOG.TXT").exists()
+
+
+def test_any_other_mujoco_warning_is_a_python_warning():
+    with pytest.warns(RuntimeWarning, match="MuJoCo: Nan, Inf or huge value in QACC"):
+        guard.mujoco_warning("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
