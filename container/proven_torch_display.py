@@ -18,6 +18,7 @@ in memory (no file of any package changes on disk):
 | pygame.display | set_mode | classic control, toy text, Box2D, gymnasium.utils.play |
 | ale_py._ale_py | ALEInterface.setBool("display_screen", True) | Atari (ALE) in human mode |
 | mujoco | its warning handler (set_mju_user_warning): Python warnings, no MUJOCO_LOG.TXT | every MuJoCo env |
+| gymnasium.envs.mujoco.mujoco_rendering | WindowViewer: opens with its help menu hidden (H shows it) | MuJoCo's human viewer |
 
 One more thing pygame's set_mode gets, with a display: where rendering goes through EGL (the image's
 MUJOCO_GL=egl, or PYOPENGL_PLATFORM=egl), a plain window (no pygame.OPENGL flag) is drawn without
@@ -275,11 +276,24 @@ def _patch_mujoco(module) -> None:
     module.set_mju_user_warning(mujoco_warning)
 
 
+def _patch_mujoco_viewer(module) -> None:
+    """gymnasium's MuJoCo viewer opens with its help menu hidden (it covered half the window); H shows it."""
+    original = module.WindowViewer.__init__
+
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        original(self, *args, **kwargs)
+        self._hide_menu = True
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    module.WindowViewer.__init__ = __init__
+
+
 PATCHES = {
     "glfw": _patch_glfw,
     "pygame.display": _patch_pygame_display,
     "ale_py._ale_py": _patch_ale,
     "mujoco": _patch_mujoco,
+    "gymnasium.envs.mujoco.mujoco_rendering": _patch_mujoco_viewer,
 }
 
 

@@ -269,3 +269,13 @@ def test_mujocos_known_asset_warning_leaves_no_line_and_no_mujoco_log_in_the_fol
 def test_any_other_mujoco_warning_is_a_python_warning():
     with pytest.warns(RuntimeWarning, match="MuJoCo: Nan, Inf or huge value in QACC"):
         guard.mujoco_warning("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
+
+
+def test_gymnasiums_mujoco_viewer_opens_with_its_menu_hidden():
+    class WindowViewer:
+        def __init__(self, model, data):
+            self._hide_menu = False
+
+    module = type("rendering", (), {"WindowViewer": WindowViewer})
+    guard.PATCHES["gymnasium.envs.mujoco.mujoco_rendering"](module)
+    assert module.WindowViewer("m", "d")._hide_menu is True
