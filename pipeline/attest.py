@@ -127,7 +127,7 @@ def keygen_lines(directory: Path, encrypt: bool = False, passphrase_file: Path |
     return [
         f"==> private key: {private} (mode 600{how}; never commit it, never put it in the checkout)",
         f"==> public key:  {public} (key id {keyid[:16]}…; give it to whoever verifies)",
-        f"sign pushes:     python build.py --push --sign-key {private}   (or export {SIGN_KEY_ENV}={private})",
+        f"sign pushes:     python build.py --push --registry HOST:PORT --sign-key {private}   (or export {SIGN_KEY_ENV}={private})",
         f"verify an image: python build.py verify HOST/REPO:TAG --key {public}",
     ]
 

@@ -52,7 +52,9 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
         docker = str(err)
     gpus = docker_env.host_gpu_count()
     validates_on = (
-        f"{gpus} GPU(s)" if gpus else "the CPU only (no GPU here: --push needs --allow-cpu-validation, REQUIRE_GPU=1 is refused)"
+        f"{gpus} GPU(s)"
+        if gpus
+        else "the CPU only (no GPU here: --push needs --allow-cpu-validation, and a build run with REQUIRE_GPU=1 stops at once)"
     )
     host = host_platform()
     out = {}

@@ -62,9 +62,11 @@ def bench_line(name: str, result: dict, release: dict | None) -> str:
     if release is None:
         unmeasured = "no GPU has run it yet" if kind == "cuda" else "not measured for this device kind"
         return f"{mine}; release figure on {kind}: none (unmeasured: {unmeasured})"
+    other = release.get("on") not in (None, where)  # another CPU (or GPU) model than this host's
     line = (
         f"{mine}; release figure: {release['sps']:,.0f} steps/s on {release.get('on', '?')} "
         f"({speed_words(sps / release['sps'])}; {release.get('source', 'docs/benchmarks.md')})"
+        + ("; not the same hardware, so the ratio compares two machines" if other else "")
     )
     host = result.get("host")
     if not host:

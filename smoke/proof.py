@@ -351,6 +351,12 @@ def run_bench(args: argparse.Namespace, out: TextIO) -> int:
     print(line, file=out if code == EXIT_OK else sys.stderr, flush=True)
     if args.out:
         print(f"proof: outputs in {out_dir}", file=out, flush=True)
+    else:
+        print(
+            f"proof: its outputs were in {out_dir} inside the container; pass --out DIR (a mounted folder) to keep them",
+            file=out,
+            flush=True,
+        )
     return code
 
 

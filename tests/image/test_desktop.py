@@ -380,6 +380,36 @@ def test_the_desktops_terminals_start_in_the_workspace(desktop, watched):
     assert cwd == "/workspace", cwd
 
 
+HUMAN_RENDERING = r"""
+import sys
+import gymnasium as gym
+from gymnasium.wrappers import HumanRendering
+from gymnasium.wrappers.vector import HumanRendering as VectorHumanRendering
+env_id, vector = sys.argv[1], sys.argv[2] == "vector"
+if vector:
+    env = VectorHumanRendering(gym.make_vec(env_id, num_envs=2, render_mode="rgb_array"))
+else:
+    env = HumanRendering(gym.make(env_id, render_mode="rgb_array"))
+env.reset(seed=0)
+for _ in range(10):
+    env.step(env.action_space.sample())
+env.close()
+print("DREW", env_id, sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("vector", ["single", "vector"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "LunarLander-v3", "HalfCheetah-v5", "Ant-v5", "Ant-v4"])
+def test_human_rendering_over_rgb_array_frames_draws_on_the_desktop_under_the_restricted_profile(
+    desktop, watched, env_id, vector
+):
+    """gymnasium's HumanRendering wrapper, single and vector, over EGL frames (MuJoCo) or pygame's: it used to end
+    the process with X_GLXMakeCurrent BadAccess on a display; here the container runs under the restricted profile."""
+    code, out = run_python(desktop, HUMAN_RENDERING, env_id, vector, timeout=180)
+    assert code == 0 and f"DREW {env_id} {vector}" in out, out[-2000:]
+    assert "BadAccess" not in out and "X Error" not in out, out[-2000:]
+
+
 def test_nothing_listens_beyond_the_labs_port_and_sshd(watched):
     ports = {int(line.split()[3].rsplit(":", 1)[1]) for line in watched["tcp"].splitlines() if line.strip()}
     assert ports == {8888, 2222}, watched["tcp"]

@@ -52,6 +52,18 @@ def test_a_batch_job_imports_torch_and_writes_to_workspace(box, keys):
     assert result.stdout.startswith("2."), result.stdout
 
 
+def test_the_recipes_training_command_leaves_its_run_in_the_workspace(box, keys):
+    """docs/using-the-image.md's batch job: python -m ppo_bench into runs/, a result, a curve, TensorBoard
+    events and a checkpoint under /workspace."""
+    _, port, _ = box
+    job = "python -m ppo_bench --out-dir runs/recipe --total-timesteps 20000 --no-progress >/dev/null && ls runs/recipe"
+    result = ssh(port, keys["key"], keys["known_hosts"], job, timeout=300)
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split()
+    assert {"result.json", "learning_curve.png", "checkpoint.pt"} <= set(listed), listed
+    assert any(name.startswith("events.out.tfevents.") for name in listed), listed
+
+
 def test_a_session_has_the_container_environment(box, keys, variant):
     _, port, _ = box
     result = ssh(

@@ -216,7 +216,9 @@ def test_bench_line_puts_the_release_figure_beside_this_hosts():
         "amp bf16; 12,288 steps in 20.1 s, time limit 20 s)"
     )
     assert "release figure: 600 steps/s on AMD EPYC 9B14, 2 cores (1.02x faster: the same within 5%; docs/benchmarks.md)" in line
-    assert "not comparable" not in line
+    assert "not comparable" not in line and "not the same hardware" not in line
+    other = bench.bench_line("atari", {**BENCH_RESULT, "cpu": "Intel(R) Xeon(R) Processor, 2 cores"}, release)
+    assert "(0.98x slower" not in other and "; not the same hardware, so the ratio compares two machines" in other
     quiet = {"busy": False, "busy_reasons": []}
     assert bench.bench_line("atari", {**BENCH_RESULT, "host": quiet}, release).endswith("; the host was quiet")
 
