@@ -6,9 +6,10 @@ a platform's base image, the host's pins). Each function returns text; build.py 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
-from common.rules import carried_text
+from common.rules import advisory_age, carried_text
 from pipeline.errors import PipelineError, UsageError
 from pipeline.render import every_variant
 from pipeline.variants import Matrix, Variant, arch
@@ -83,9 +84,11 @@ def variant_table_text(matrix: Matrix, here: dict | None = None) -> str:
         if v.note:
             rows.append(f"{'':15} note: {v.note}")
     first = next(iter(carried.values()))
+    age = advisory_age(first["as_of"], dt.date.today())
+    age += "; `build.py advisories --from DIR|ZIP` refreshes it" if "stale" in age else ""  # this reader builds
     rows.append(
         f"* default; advisories: every severity, the build's audit over each line's whole lock (pins only where a "
-        f"line has no committed lock), PyPA data as of {first['as_of']} (images/advisories/); high and critical "
+        f"line has no committed lock), {age} (images/advisories/); high and critical "
         "accepted in images/audit-allowlist.toml"
     )
     rows += _footnotes(matrix)
