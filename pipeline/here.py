@@ -6,7 +6,7 @@ and what it would validate on (a GPU, or the CPU only). Probed only when asked; 
 from __future__ import annotations
 
 import concurrent.futures
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common.deadlines import DEADLINES
@@ -23,15 +23,18 @@ class Here:
     fix: str  # what to do about it
     platforms: dict[str, str]  # arch -> "yes" or why not
     validates_on: str  # "a GPU" or "the CPU only"
+    built: str = ""  # its moving tag when an image of it is on this host (a validated build tagged it)
+    next: str = ""  # the command to run next: the Lab in the image built, or the build that makes it
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
+        where = (f"; built here: {self.built}" if self.built else "") + (f"; next: `{self.next}`" if self.next else "")
         if not self.buildable:
-            return f"no: {self.why}; {self.fix}; validates on {self.validates_on}"
+            return f"no: {self.why}; {self.fix}; validates on {self.validates_on}{where}"
         others = [f"{a}: {w}" for a, w in self.platforms.items() if w.startswith("no")]
-        return "yes" + (f" ({'; '.join(others)}; {self.fix})" if others else "") + f"; validates on {self.validates_on}"
+        return "yes" + (f" ({'; '.join(others)}; {self.fix})" if others else "") + f"; validates on {self.validates_on}{where}"
 
 
 def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict[str, Here]:
@@ -46,10 +49,10 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
             )
         )
     try:
-        docker_env.docker_client()
+        tags = {t for image in docker_env.docker_client().images.list(name=matrix.name) for t in image.tags}
         docker = ""
     except PipelineError as err:
-        docker = str(err)
+        docker, tags = str(err), set()
     gpus = docker_env.host_gpu_count()
     validates_on = (
         f"{gpus} GPU(s)"
@@ -85,7 +88,22 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
                 else "other platforms: `sudo bash scripts/prepare-host.sh --arm64`"
             )
             out[v.name] = Here(True, "", fix, platforms, validates_on)
+        built = f"{matrix.name}:{v.name}" if f"{matrix.name}:{v.name}" in tags else ""
+        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}"
+        out[v.name] = replace(
+            out[v.name], built=built, next=run if built else build_command(matrix, v) if out[v.name].buildable else ""
+        )
     return out
+
+
+def build_command(matrix: Matrix, variant: Variant) -> str:
+    """The `build.py` command that builds `variant` (the matrix's first torch line of a CUDA line needs no --torch)."""
+    first = next(v for v in matrix.variants if v.cuda == variant.cuda)
+    return (
+        f"python build.py --cuda {variant.cuda}"
+        + ("" if first.torch_minor == variant.torch_minor else f" --torch {variant.torch_minor}")
+        + (f" --flavor {variant.flavor}" if variant.flavored else "")
+    )
 
 
 def _pypi_lines(matrix: Matrix, variant: Variant) -> str:

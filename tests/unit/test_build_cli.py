@@ -268,8 +268,16 @@ def test_list_here_names_an_unreachable_index_and_what_to_do(tmp_path):
     lines = {entry["variant"]: entry for entry in json.loads(done.stdout)}
     here = lines["2.7-cu118"]["here"]
     assert here["buildable"] is False and "its wheel index https://index.invalid/whl/cu118 is unreachable" in here["why"]
-    assert "release workflow" in here["fix"] and here["validates_on"]
+    assert "release workflow" in here["fix"] and here["validates_on"] and here["next"] == ""
     assert "here" not in json.loads(_cli("list", "--json").stdout)[0]
+    flavor = next(e for e in lines.values() if e["flavor"] != "base" and e["here"]["buildable"])
+    base = lines[flavor["variant"].removesuffix(f"-{flavor['flavor']}")]
+    # what to run next: the Lab of the image built here, or the build that makes it (the flags `build` takes)
+    for entry in (flavor, base):
+        built, step = entry["here"]["built"], entry["here"]["next"]
+        assert step == (f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else step) and step
+        assert built or step.startswith(f"python build.py --cuda {entry['cuda']}")
+    assert flavor["here"]["built"] or flavor["here"]["next"].endswith(f"--flavor {flavor['flavor']}")
 
 
 def test_a_line_whose_packages_skip_a_release_says_why_in_a_footnote(matrix):
