@@ -16,6 +16,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.variants import Variant
 
 PREFIX = "io.proven-torch."
+VALIDATION_SHA256 = f"{PREFIX}validation-sha256"  # the hash of validation.json, stamped at validation; signing checks it
 
 
 def expected_labels(variant: Variant) -> dict[str, str]:

@@ -59,8 +59,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     held = tuple(remote for _, remote, _ in plan[len(to_push) :])
     base_image = request.matrix.base_image_for(target.platform)
     deps = run_facts.dependencies(client, target.variant, target.platform, base_image, facts.commit)
-    where = (target.variant, target.platform, target.ref)
-    run_facts.write_facts(target.run_dir, facts, deps, where, ([remote for _, remote, _ in plan], tagged.stamped_id))
+    run_facts.write_facts(target, tagged.stamped_id, facts, deps, [remote for _, remote, _ in plan])
     refs: dict[str, str] = {}
     signed: list[dict] = []
     zstd_digest = None

@@ -15,6 +15,7 @@ every check. Standard library only (the signer process imports it too).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,6 +72,13 @@ class Reader:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.refuse(key, "a number")
         return float(value)
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def write(path: Path, record: dict) -> Path:
@@ -281,11 +289,23 @@ class Ran:
 # --------------------------------------------------------------------------- what signing requires
 
 
-def bind(digest: str, config: str, report: Report, facts: Facts, proof: Proof, require_gpu: bool) -> None:
+@dataclass(frozen=True)
+class Registered:
+    """What the registry holds for a pushed digest, as content-addressed data: its config's digest (the image
+    ID) and the hash of validation.json that the build stamped into that config as a label."""
+
+    digest: str
+    config: str
+    validation_sha256: str | None
+
+
+def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require_gpu: bool) -> None:
     """Refuse to sign unless everything names one image and one line: the pushed digest's config (read from
-    the registry) is the report's stamped image and facts.json's; the proof ran in that image (or, the build's
-    own, in the validated image it was stamped from), is of the report's line, passed and lists every check;
-    with require_gpu, every GPU check and the GPU gate passed."""
+    the registry) is the report's stamped image and facts.json's; validation.json (and so its proof, its audit
+    and the SBOM's hash) is the record stamped into that config; the proof ran in that image (or, the build's
+    own, in the validated image the stamped one was made from), is of the report's line, passed and lists
+    every check; with require_gpu, every GPU check and the GPU gate passed."""
+    digest, config = pushed.digest, pushed.config
     if digest not in report.pushed.values() or report.status != "pushed":
         names = ", ".join(report.pushed.values()) or "none"
         raise UsageError(f"{report.path}: that build did not push {digest} (its report names {names})")
@@ -296,6 +316,16 @@ def bind(digest: str, config: str, report: Report, facts: Facts, proof: Proof, r
         )
     if facts.line != report.line:
         raise NotVerified(f"sign refused: the run's facts name line {facts.line}, its report {report.line}")
+    validation = report.folder / VALIDATION
+    if pushed.validation_sha256 is None or _sha256(validation) != pushed.validation_sha256:
+        raise NotVerified(
+            f"sign refused: {validation} is not the validation record {digest[:19]}… was stamped with (its config's "
+            "label names another, or none): an edited record, or an image this pipeline did not stamp"
+        )
+    sbom = load(validation, "validation record").get("sbom") or {}
+    sbom_file = report.folder / str(sbom.get("file", "sbom.cdx.json"))
+    if sbom.get("sha256") != _sha256(sbom_file):
+        raise NotVerified(f"sign refused: {sbom_file} is not the SBOM the stamped validation record names")
     expected = report.validated_image_id if proof.own else config
     if proof.ran_in != expected:
         raise NotVerified(

@@ -13,6 +13,7 @@ from pipeline import hostprocs, lock, statements
 from pipeline.build_image import SOURCE
 from pipeline.records import FACTS, Facts, write
 from pipeline.render import dockerfile_path
+from pipeline.target import Target
 from pipeline.variants import REPO_ROOT, Variant
 
 
@@ -71,11 +72,10 @@ def dependencies(client, variant: Variant, platform: str, base_image: str, commi
     return deps
 
 
-def write_facts(folder: Path, facts: RunFacts, deps: list[dict], where: tuple[Variant, str, str], pushed: tuple) -> Facts:
-    """facts.json in `folder`: the run's facts, the dependencies, the line, platform and repository
-    (`where`), the tags the image is pushed under (held ones included) and its stamped image (`pushed`)."""
-    variant, platform, ref = where
-    tags, stamped_id = pushed
+def write_facts(target: Target, stamped_id: str, facts: RunFacts, deps: list[dict], tags: list[str]) -> Facts:
+    """facts.json in the target's report folder: the run's facts, the dependencies, the target's line, platform
+    and repository, the tags the image is pushed under (held ones included) and its stamped image."""
+    variant, platform, ref = target.variant, target.platform, target.ref
     record = Facts(
         command=tuple(facts.command),
         commit=facts.commit,
@@ -91,5 +91,5 @@ def write_facts(folder: Path, facts: RunFacts, deps: list[dict], where: tuple[Va
         tags=tuple(tags),
         stamped_image_id=stamped_id,
     )
-    write(folder / FACTS, record.as_dict())
+    write(target.run_dir / FACTS, record.as_dict())
     return record

@@ -22,7 +22,8 @@ from common.cli import atomic_write
 from pipeline import attest, index_push, referrers, registry, statements
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.image_statements import image_statements, index_statements, proven_validation
-from pipeline.records import FACTS, Facts, Proof, Report, bind, load, write
+from pipeline.labels import VALIDATION_SHA256
+from pipeline.records import FACTS, Facts, Proof, Registered, Report, bind, load, write
 from pipeline.statements import Subject
 
 
@@ -71,12 +72,16 @@ class SignRequest:
     prepare: Path | None = None  # write what signing needs here: statements.json and cosign's predicates
 
 
-def config_of(client: registry.Registry, digest: str) -> str:
-    """The config digest (the image ID) of the manifest `digest` names, as the registry holds it."""
+def registered(client: registry.Registry, digest: str) -> Registered:
+    """What the registry holds for `digest`: its config's digest and the validation hash stamped into it."""
     found = client.manifest(digest)
     if found is None:
         raise UsageError(f"{client.ref.name}@{digest}: the registry has no such manifest; sign the digest the build pushed")
-    return registry.config_digest(found[0], f"{client.ref.name}@{digest[:19]}…")
+    what = f"{client.ref.name}@{digest[:19]}…"
+    config = registry.config_digest(found[0], what)
+    image = registry.as_dict(client.blob(config, registry.MAX_MANIFEST), f"{what}: its config").get("config")
+    stamped = (image.get("Labels") or {}).get(VALIDATION_SHA256) if isinstance(image, dict) else None
+    return Registered(digest, config, stamped if isinstance(stamped, str) else None)
 
 
 def sign_command(req: SignRequest) -> list[str]:
@@ -91,10 +96,10 @@ def sign_command(req: SignRequest) -> list[str]:
     proof = Proof.later(req.proof) if req.proof else Proof.of_build(report.folder)
     client = registry.Registry(ref, registry.Deadline(req.timeout))
     try:
-        config = config_of(client, ref.reference)
+        pushed = registered(client, ref.reference)
     except RegistryDataRefused as err:
         raise UsageError(f"{ref}: {err}") from None
-    bind(ref.reference, config, report, facts, proof, req.require_gpu)
+    bind(pushed, report, facts, proof, req.require_gpu)
     if req.key is not None:
         attest.check_key(req.key)
     stmts = image_statements(report.folder, Subject(ref.name, ref.reference), proof)
@@ -182,7 +187,7 @@ def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, ti
             )
     client = registry.Registry(ref, registry.Deadline(timeout))
     done = attach_signed(client, ref.reference, stmts, signed)
-    return [f"==> {ref}: six statements attached (run {done['run']}, {done['signed_at']}, key {done['keyid'][:16]}…)"]
+    return [f"==> {ref}: {len(stmts)} statements attached (run {done['run']}, {done['signed_at']}, key {done['keyid'][:16]}…)"]
 
 
 def _run_name(stmt: dict) -> str | None:

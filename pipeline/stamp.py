@@ -26,7 +26,7 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
         f"{labels.PREFIX}advisories": (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",
         "org.opencontainers.image.version": immutable,
         f"{labels.PREFIX}validation": "passed",
-        f"{labels.PREFIX}validation-sha256": hashlib.sha256(record).hexdigest(),
+        labels.VALIDATION_SHA256: hashlib.sha256(record).hexdigest(),
         f"{labels.PREFIX}gpu-validated": "true" if validation.gpu else "false",
         f"{labels.PREFIX}validated-on": validation.validated_on,
         f"{labels.PREFIX}release-ppo": release,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -81,6 +82,45 @@ def proof_record(gpu: bool = True, ok: bool = True, line: str = "2.9-cu128") -> 
     }
 
 
+VALIDATED_ID = "sha256:" + "f" * 64  # the image a test folder's validation "ran in"; the stamped child is another
+
+
+def validation_files(
+    folder: Path,
+    *,
+    line: str = "2.9-cu128",
+    platform: str = "linux/amd64",
+    record: dict | None = None,
+    components: tuple[str, ...] = ("pkg:pypi/tiny@1.0",),
+) -> dict:
+    """validation.json and the SBOM it names (by hash), as stamping leaves them; the validation record. Written
+    first, so a test image can carry their hash as the stamp label (stamp_label) before its report is written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sbom = json.dumps(
+        {
+            "bomFormat": "CycloneDX",
+            "specVersion": "1.6",
+            "components": [{"name": purl.split("/")[-1].split("@")[0], "purl": purl} for purl in components],
+        }
+    ).encode()
+    (folder / "sbom.cdx.json").write_bytes(sbom)
+    record = {
+        **(record or validation(line=line)),
+        "platform": platform,
+        "sbom": {"file": "sbom.cdx.json", "sha256": hashlib.sha256(sbom).hexdigest()},
+        "ran_in": VALIDATED_ID,
+    }
+    (folder / "validation.json").write_text(json.dumps(record))
+    return record
+
+
+def stamp_label(folder: Path) -> dict[str, str]:
+    """The label a validated image is stamped with: its validation.json's hash (pipeline/stamp.py)."""
+    from pipeline.labels import VALIDATION_SHA256
+
+    return {VALIDATION_SHA256: hashlib.sha256((folder / "validation.json").read_bytes()).hexdigest()}
+
+
 def run_folder(
     folder: Path,
     *,
@@ -95,24 +135,7 @@ def run_folder(
 ) -> Path:
     """A build's report folder as `build.py --push` leaves it (report.json, validation.json, facts.json and
     the SBOM): what publish.image_statements and `build.py sign` read. Returns report.json's path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    validated_id = "sha256:" + "f" * 64  # the image validation ran in; the stamped child is `image_id`
-    record = {
-        **(record or validation(line=line)),
-        "platform": platform,
-        "sbom": {"file": "sbom.cdx.json"},
-        "ran_in": validated_id,
-    }
-    (folder / "validation.json").write_text(json.dumps(record))
-    (folder / "sbom.cdx.json").write_text(
-        json.dumps(
-            {
-                "bomFormat": "CycloneDX",
-                "specVersion": "1.6",
-                "components": [{"name": purl.split("/")[-1].split("@")[0], "purl": purl} for purl in components],
-            }
-        )
-    )
+    record = validation_files(folder, line=line, platform=platform, record=record, components=components)
     facts = {
         "command": ["python", "build.py", "--push"],
         "commit": "0" * 40,
@@ -133,7 +156,7 @@ def run_folder(
         "status": "pushed",
         "variant": line,
         "pushed": {f"{ref}:{tags[0]}": digest},
-        "validated_image_id": validated_id,
+        "validated_image_id": VALIDATED_ID,
         "stamped_image_id": image_id,
         "validation": record,
     }

@@ -7,6 +7,7 @@ CycloneDX's own Python library (cyclonedx-python-lib), as CycloneDX 1.6 JSON.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -72,10 +73,12 @@ def write_sbom(
     """Write sbom.cdx.json next to the report; return the inventory it was made from and a summary."""
     inventory = read_inventory(client, image_id, 300 * time_scale)
     path = out_dir / "sbom.cdx.json"
-    path.write_text(build_sbom(inventory, image_name, image_id, base_suite))
+    data = build_sbom(inventory, image_name, image_id, base_suite).encode()
+    path.write_bytes(data)
     summary = {
         "format": "CycloneDX 1.6 JSON",
         "file": path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),  # validation.json is stamped into the image: this binds the SBOM too
         "python_packages": len(inventory["python"]),
         "debian_packages": len(inventory["debian"]),
     }

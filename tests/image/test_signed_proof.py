@@ -34,7 +34,7 @@ from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
-from tests.records import proof_folder, proof_record, run_folder, validation
+from tests.records import proof_folder, proof_record, run_folder, stamp_label, validation, validation_files
 from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.image
@@ -358,7 +358,8 @@ def test_every_child_of_a_multi_arch_index_is_verified(sign_keys, tiny, tmp_path
 def release_build(tiny, tmp_path, name: str):
     """What the release's build job leaves: the digest pushed under its immutable tag only, unsigned, its report,
     and the image ID a later proof of it runs in (the digest's config)."""
-    image_id, digest, ref = tiny(name)
+    validation_files(tmp_path / name)  # first: the image carries its hash, as stamping leaves it
+    image_id, digest, ref = tiny(name, labels=stamp_label(tmp_path / name))
     report = run_folder(tmp_path / name, ref=REF, digest=digest, image_id=image_id, tags=(ref.rsplit(":", 1)[1],))
     return digest, ref, report, image_id
 
@@ -464,6 +465,22 @@ def test_a_proof_that_ran_in_another_image_is_refused(sign_keys, tiny, tmp_path)
     assert listed(digest) == []
 
 
+def test_a_validation_record_or_sbom_edited_after_stamping_is_refused(sign_keys, tiny, tmp_path):
+    """The build's own proof is validation.json, whose hash the pushed config carries (io.proven-torch.validation-
+    sha256): a failed check turned into a pass, or a swapped SBOM, no longer matches, and nothing is signed."""
+    digest, ref, report, _ = release_build(tiny, tmp_path, "edited-record")
+    folder = report.parent
+    original = (folder / "validation.json").read_text()
+    record = json.loads(original)
+    record["smoke"]["checks"][0]["detail"] = "edited after stamping"
+    (folder / "validation.json").write_text(json.dumps(record))
+    refused(sign_cli(sign_keys, digest, report), 1, "is not the validation record", "was stamped with")
+    (folder / "validation.json").write_text(original)
+    (folder / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
+    refused(sign_cli(sign_keys, digest, report), 1, "is not the SBOM the stamped validation record names")
+    assert listed(digest) == []
+
+
 def test_an_edited_report_naming_another_images_digest_is_refused(sign_keys, tiny, tmp_path):
     """A report whose `pushed` map was edited to name a plain image pushed to the same repository: its config
     in the registry is not the report's stamped image, so nothing is signed (and no predicates are written)."""
@@ -551,7 +568,11 @@ def test_prove_sh_records_the_image_its_proof_ran_in_and_that_binds_the_signatur
     (context / "proof").write_text(PROOF_SCRIPT)
     (context / "proof.json").write_text(json.dumps(proof_record(gpu=True)))
     base = matrix.base_image_for(AMD64)
-    (context / "Dockerfile").write_text(f"FROM {base}\nCOPY --chmod=755 proof /usr/local/bin/proof\nCOPY proof.json /\n")
+    validation_files(tmp_path / "run")  # the record its stamp label names, written before the image is built
+    ((label, value),) = stamp_label(tmp_path / "run").items()
+    (context / "Dockerfile").write_text(
+        f'FROM {base}\nCOPY --chmod=755 proof /usr/local/bin/proof\nCOPY proof.json /\nLABEL {label}="{value}"\n'
+    )
     cli_ = find_build_cli()
     iid = tmp_path / "iid"
     subprocess.run(
@@ -587,7 +608,8 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
     prepared, children = [], []
     for platform in (AMD64, ARM64):
         tag = index_push.arch_tag(f"rel-{RUN}", platform)
-        image_id, digest, _ = tiny("rel-line", platform=platform, tag=tag)
+        validation_files(tmp_path / arch(platform), platform=platform)
+        image_id, digest, _ = tiny("rel-line", platform=platform, tag=tag, labels=stamp_label(tmp_path / arch(platform)))
         report = run_folder(tmp_path / arch(platform), ref=REF, digest=digest, image_id=image_id, platform=platform, tags=(tag,))
         folder = tmp_path / f"prepared-{arch(platform)}"
         done = sign_cli(sign_keys, digest, report, "--prepare", str(folder))  # signs the child and prepares it
