@@ -275,8 +275,10 @@ def test_list_here_names_an_unreachable_index_and_what_to_do(tmp_path):
     # what to run next: the Lab of the image built here, or the build that makes it (the flags `build` takes)
     for entry in (flavor, base):
         built, step = entry["here"]["built"], entry["here"]["next"]
-        assert step == (f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else step) and step
-        assert built or step.startswith(f"python build.py --cuda {entry['cuda']}")
+        if built:
+            assert step == f"docker run --rm -p 127.0.0.1:8888:8888 {built}"
+        else:
+            assert step.startswith(f"python build.py --cuda {entry['cuda']}"), step
     assert flavor["here"]["built"] or flavor["here"]["next"].endswith(f"--flavor {flavor['flavor']}")
 
 

@@ -127,6 +127,6 @@ def test_two_signed_images_are_compared_from_statements_and_manifests_without_a_
         assert record["cost"]["pull_for_b_bytes"] == 4000 and record["speed"]["ratio"] == 1.0
         read = [path for method, path, _ in server.seen if method == "GET"]
         assert not [p for p in read if any(layer in p for layer in layers)], read  # no layer blob read
-        assert sum(len(p) for p in read) > 0
+        assert any("/referrers/" in p or "sha256-" in p for p in read), read  # it did read the statements
     finally:
         server.shutdown()
