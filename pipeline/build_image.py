@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from pipeline import hostprocs
+from pipeline import hostprocs, rebuild_config
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, UsageError
 from pipeline.render import build_arg, dockerfile_path, stale_files
@@ -55,8 +55,12 @@ class BuildResult:
 SOURCE = "https://github.com/proven-torch/proven-torch"  # the image's source label; provenance's builder
 
 
-def build_args(revision: str, created: str) -> dict[str, str]:
-    return {"SOURCE": SOURCE, "REVISION": revision, "CREATED": created}
+def build_args(variant: Variant, revision: str, started: str) -> dict[str, str]:
+    """The build arguments of one variant's build: its labels' source, revision and created time, and the
+    epochs that make it reproducible (rebuild_config.epochs): created is then its newest input's time,
+    else (no git) when the run `started`."""
+    epochs = rebuild_config.epochs(variant)
+    return {"SOURCE": SOURCE, "REVISION": revision, "CREATED": rebuild_config.created(epochs) or started, **epochs}
 
 
 def build_command(
@@ -151,8 +155,9 @@ class Build:
     context: Path = REPO_ROOT
 
 
-def build_image(cli: BuildCli, matrix: Matrix, build: Build) -> BuildResult:
-    """Run `docker build` for the variant on its platform; return the untagged image ID."""
+def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildResult:
+    """Run `docker build` for the variant on its platform; return the untagged image ID (its config
+    written again to be reproducible, rebuild_config.normalise, when the build has its epochs)."""
     variant, out_dir, platform, verbose = build.variant, build.out_dir, build.platform, build.verbose
     stale = stale_files(matrix, audit.disclosures([variant]), variants=[variant])
     if stale:
@@ -185,5 +190,10 @@ def build_image(cli: BuildCli, matrix: Matrix, build: Build) -> BuildResult:
     if ran.returncode != 0 or not iidfile.exists():
         raise BuildFailed(classify_failure("".join(tail), variant, log_path))
     image_id = iidfile.read_text().strip()
-    print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s (untagged until validated)", flush=True)
+    if rebuild_config.SYSTEM_EPOCH in build.args:  # its config's times too: the same revision, the same image ID
+        image_id = rebuild_config.normalise(client, image_id, build.args["CREATED"])
+        how = "reproducible"
+    else:
+        how = "not reproducible: no git history for its epochs"
+    print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s ({how}; untagged until validated)", flush=True)
     return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)

@@ -49,25 +49,28 @@ class Run:
     """What one `build.py build` run fixed when it started, the same for each of its platforms."""
 
     started: dt.datetime
-    created: str  # RFC 3339, the images' created label
     revision: str
-    build_args: dict[str, str]
     gpus: int
 
 
 def build_and_validate(client, cli, config: Request, run: Run, platform: str, run_dir: Path) -> tuple[Target, Tagged]:
     """Build the line for one platform, validate it (under emulation where it is not the host's), stamp and tag it."""
     variant = config.variant
-    args = {**run.build_args, "OS_IMAGE": config.matrix.base_image_for(platform)}
+
+    def args_of(of: Variant) -> dict[str, str]:  # each its own epochs: a flavor's base is the base, byte for byte
+        started = f"{run.started:%Y-%m-%dT%H:%M:%SZ}"
+        return {**build_image.build_args(of, run.revision, started), "OS_IMAGE": config.matrix.base_image_for(platform)}
+
+    args = args_of(variant)
     if variant.flavored:  # a flavor builds FROM its base image: the same layers, one more on top
         base = config.matrix.by_name(variant.base_name)
         print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
-        of_base = build_image.Build(base, run_dir / "base", args, platform, config.ca_cert, config.verbose)
+        of_base = build_image.Build(base, run_dir / "base", args_of(base), platform, config.ca_cert, config.verbose)
         args["BASE_IMAGE"] = base_build_ref(
-            client, config.repo, base.name, build_image.build_image(cli, config.matrix, of_base).image_id
+            client, config.repo, base.name, build_image.build_image(client, cli, config.matrix, of_base).image_id
         )
     build = build_image.Build(variant, run_dir, args, platform, config.ca_cert, config.verbose)
-    built = build_image.build_image(cli, config.matrix, build)
+    built = build_image.build_image(client, cli, config.matrix, build)
     if platform != host_platform():
         print(
             f"==> validating {platform} under emulation (qemu) on this {host_platform()} host, on the CPU; deadlines scaled",
@@ -78,7 +81,7 @@ def build_and_validate(client, cli, config: Request, run: Run, platform: str, ru
         run_dir=run_dir,
         ref=tags.image_ref(config.repo, config.registry if config.push else None),
         date=f"{run.started:%Y%m%d}",
-        created=run.created,
+        created=args["CREATED"],
         revision=run.revision,
         build_seconds=built.seconds,
         ca_cert=config.ca_cert,
@@ -140,13 +143,13 @@ def run(config: Request) -> RunResult:
     build_image.check_index_reach(config.matrix, variant, config.ca_cert)
 
     now = dt.datetime.now(dt.UTC)
-    created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = now.strftime("%Y-%m-%dT%H:%M:%SZ")  # when the run started; an image's created label is its inputs' time
     revision = git_revision()
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     facts = (  # what the push's provenance says of the run, gathered once
         run_facts.gather(client, cli.description, list(config.command or sys.argv), revision, created) if config.push else None
     )
-    started = Run(now, created, revision, build_image.build_args(revision, created), gpus)
+    started = Run(now, revision, gpus)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}
     done: dict[str, tuple[Target, Tagged]] = {}
     failed: dict[str, PipelineError] = {}

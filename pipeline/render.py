@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
-from pipeline.variants import REPO_ROOT, Matrix, Variant, cuda_tag
+from pipeline.variants import REPO_ROOT, Matrix, Variant, arch, cuda_tag
 
 TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.template"
 FLAVOR_TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.flavor.template"  # a flavor: FROM its base image, one layer more
@@ -30,13 +30,37 @@ HEADER = (
 )
 
 
-def _pip_run(matrix: Matrix, pip_args: str) -> str:
-    """One RUN that installs with pip, the proxy CA mounted as a secret for it alone."""
+# Reproducible layers (docs/supply-chain.md): each RUN notes when it started (START) and, given
+# SOURCE_DATE_EPOCH, ends by setting the time of every file and folder it wrote to it (CLAMP). Only the
+# image's own overlay file system is touched, not the mounts (the cache, the secret, /tmp's tmpfs,
+# /proc); a folder the step cannot read is one it did not write. BuildKit 0.8 (Docker 20.10) has no
+# SOURCE_DATE_EPOCH of its own; pipeline/rebuild_config.py does the image's config.
+START = "started=$(date +%s) && "
+CLAMP = (
+    ' \\\n && if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then find / -mindepth 1 -xdev \\( -type d ! -readable -prune \\) '
+    '-o -fstype overlay -newermt "@$((started - 1))" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +; fi'
+)
+# apt's lists and caches go; its and dpkg's logs and ldconfig's cache (times, inode numbers) are emptied.
+APT_CLEAN = (
+    " \\\n && apt-get clean \\\n && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \\\n"
+    ' && find /var/log /var/cache/ldconfig -type f -newermt "@$((started - 1))" -exec truncate -s 0 {} +'
+)
+
+
+def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = ()) -> str:
+    """One RUN that installs with pip, the proxy CA mounted as a secret for it alone (an empty file
+    without --ca-cert), the lock file's mounts `lock`, /tmp a tmpfs (the user cannot set its time)."""
+    mounts = [
+        f"--mount=type=secret,id=pip_ca,uid={matrix.uid}",
+        f"--mount=type=cache,target=/home/{matrix.user}/.cache/pip,uid={matrix.uid},gid={matrix.gid}",
+        "--mount=type=tmpfs,target=/tmp",
+        *lock,
+    ]
     return (
-        f"RUN --mount=type=secret,id=pip_ca,uid={matrix.uid} \\\n"
-        f"    --mount=type=cache,target=/home/{matrix.user}/.cache/pip,uid={matrix.uid},gid={matrix.gid} \\\n"
-        "    if [ -f /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \\\n"
-        f" && pip install {pip_args}"
+        "RUN "
+        + " \\\n    ".join(mounts)
+        + f" \\\n    {START}if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \\\n"
+        + f" && pip install {pip_args}"
     )
 
 
@@ -51,10 +75,7 @@ def pip_check(variant: Variant) -> str:
     [overrides] entry makes, and on a multi-arch line NVIDIA's sbsa wheel tag on aarch64 (those wheels'
     WHEEL file names the platform manylinux2014_sbsa where the file name says aarch64)."""
     accept = "".join(f" --accept '{o.package}:{o.conflict}'" for o in variant.overrides if o.package and o.conflict)
-    return (
-        "COPY container/pip_check.py /opt/proven-torch/lock/\n"
-        f"RUN python3 /opt/proven-torch/lock/pip_check.py{accept}{' --sbsa' if variant.multi_arch else ''}"
-    )
+    return f"python3 /opt/proven-torch/lock/pip_check.py{accept}{' --sbsa' if variant.multi_arch else ''}"
 
 
 def pip_layers(matrix: Matrix, variant: Variant) -> str:
@@ -65,9 +86,9 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
         "# mounted for each install RUN only and never stored in a layer.\n"
     )
     if is_locked(variant):
-        rel = lock_folder(variant)
+        rel = lock_dir(variant).relative_to(REPO_ROOT)
         intro = (
-            f"# Python packages from the hash-locked files in {rel}/ (`python build.py lock`),\n"
+            f"# Python packages from the hash-locked files in {rel.parent if variant.multi_arch else rel}/ (`python build.py lock`),\n"
             "# one layer each, largest first: pip installs exactly those files, with\n"
             "# --require-hashes and --no-deps, so nothing unpinned or unverified gets in.\n" + secret_note
         )
@@ -78,19 +99,22 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             )
         out = []
         for i, (file, _) in enumerate(LAYERS):
+            mounts, path = lock_mount(variant, file)
             out.append(
                 (intro if i == 0 else "")
                 + (TRITON_NOTE if file == "3-torch.txt" else "")
-                + f"COPY {rel}/{file} /opt/proven-torch/lock/\n"
-                + _pip_run(matrix, f"--no-deps --require-hashes {indexes} -r /opt/proven-torch/lock/{file}")
+                + _pip_run(matrix, f"--no-deps --require-hashes {indexes} -r {path}", mounts)
+                + f" \\\n && cp {path} /opt/proven-torch/lock/{file}"
                 + (TRITON_CLEANUP if file == "3-torch.txt" else "")
+                + CLAMP
             )
         out.append(
             "# The layers together must be a consistent set. What is installed becomes the\n"
             "# image's pip constraint: `pip install x` cannot replace torch or its CUDA\n"
             "# libraries (on purpose: `PIP_CONSTRAINT= pip install ...`, docs/using-the-image.md).\n"
-            + pip_check(variant)
-            + " && pip freeze > /opt/proven-torch/constraints.txt\n"
+            + "RUN --mount=type=bind,source=container/pip_check.py,target=/mnt/pip_check.py --mount=type=tmpfs,target=/tmp "
+            + f"{START}cp /mnt/pip_check.py /opt/proven-torch/lock/ \\\n && {pip_check(variant)}"
+            + f" \\\n && pip freeze > /opt/proven-torch/constraints.txt{CLAMP}\n"
             "ENV PIP_CONSTRAINT=/opt/proven-torch/constraints.txt"
         )
         return "\n\n".join(out)
@@ -102,22 +126,28 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             f"# were made. Pins only; run `python build.py lock --cuda {variant.cuda}` where it can.\n"
             "# torch and the CUDA libraries it brings (nvidia-* wheels): the largest layer.\n"
             + secret_note
-            + _pip_run(matrix, f'--index-url {variant.index} "torch=={variant.torch}"'),
-            _pip_run(matrix, f"--index-url {variant.index} {torch_pins}"),
+            + _pip_run(matrix, f'--index-url {variant.index} "torch=={variant.torch}"')
+            + CLAMP,
+            _pip_run(matrix, f"--index-url {variant.index} {torch_pins}") + CLAMP,
             "# JupyterLab, gymnasium and the benchmark's tools; torch stays as is.\n"
             + "".join(
                 f"# gymnasium's {extra} extra is left out: {why}\n" for extra, why in variant.left_out(locked=False).items()
             )
-            + _pip_run(matrix, f"{indexes} {torch_pins} \\\n      {packages}"),
+            + _pip_run(matrix, f"{indexes} {torch_pins} \\\n      {packages}")
+            + CLAMP,
         ]
     )
 
 
-def lock_folder(variant: Variant) -> str:
-    """The COPY source folder of the line's lock files, relative to the build context: its amd64 folder,
-    or for a multi-arch line the folder BuildKit's TARGETARCH names."""
+def lock_mount(variant: Variant, file: str) -> tuple[tuple[str, ...], str]:
+    """(the mounts of one lock file for its pip RUN, the path the RUN reads it at). Each file is mounted on
+    its own, so a change to one lock rebuilds its layer and those above, not the layers below; a multi-arch
+    line mounts each architecture's and reads the one BuildKit's TARGETARCH names (BuildKit 0.8 does not
+    expand arguments in a mount's source). The targets exist in the image (Dockerfile.template says why)."""
     rel = lock_dir(variant).relative_to(REPO_ROOT)
-    return str(rel.parent / "${TARGETARCH}") if variant.multi_arch else str(rel)
+    archs = [arch(p) for p in variant.platforms] if variant.multi_arch else ["amd64"]
+    mounts = tuple(f"--mount=type=bind,source={rel.parent / a / file},target=/mnt/lock-{a}.txt" for a in archs)
+    return mounts, "/mnt/lock-${TARGETARCH}.txt" if variant.multi_arch else "/mnt/lock-amd64.txt"
 
 
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -157,10 +187,15 @@ def rendered_files(matrix: Matrix, variant: Variant, advisories: dict) -> dict[P
 def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     """The flavor's one pip layer: its lock installed, then the image's pip constraint rewritten."""
     file = layers(variant)[0][0]
-    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r /opt/proven-torch/lock/{file}")
+    mounts, path = lock_mount(variant, file)
+    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts)
     run = run.replace(" && pip install ", " && PIP_CONSTRAINT='' pip install ", 1)
-    check = pip_check(variant).split("\n", 1)[1].removeprefix("RUN ")  # the base image has the script (its torch stage)
-    return run + f" \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt"
+    check = pip_check(variant)  # the base image has the script (its torch stage)
+    return (
+        run
+        + f" \\\n && cp {path} /opt/proven-torch/lock/{file} \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt"
+        + CLAMP
+    )
 
 
 def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
@@ -179,13 +214,15 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "USER": matrix.user,
         "UID": str(matrix.uid),
         "GID": str(matrix.gid),
+        "START": START,
+        "CLAMP": CLAMP,
+        "APT_CLEAN": APT_CLEAN,
     }
     if variant.flavored:
         values.update(
             FLAVOR=variant.flavor,
             DESCRIPTION=variant.note,
             FLAVOR_LAYER=flavor_layer(matrix, variant),
-            LOCK=f"{lock_folder(variant)}/{layers(variant)[0][0]}",
             ARCH_ARG="ARG TARGETARCH\n" if variant.multi_arch else "",
         )
     else:

@@ -480,8 +480,9 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     assert found.audit["status"] == "fail" and failures
 
 
-def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant, tmp_path):
-    """Only the last lock layer changes, so the CUDA layers come from the cache."""
+def test_tampered_lock_hash_fails_the_build_with_a_clear_message(docker, matrix, variant, tmp_path):
+    """Only the last lock layer changes, so the CUDA layers come from the cache (the same epochs as the
+    image's own build: they are build arguments)."""
     import re as _re
 
     from pipeline import build_image
@@ -494,8 +495,9 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(matrix, variant
     block = _re.search(r"^tqdm==.*?(?=^\S)", text, _re.M | _re.S).group(0)
     lock.write_text(text.replace(block, _re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
     with pytest.raises(BuildFailed, match="did not match the hash in the lock file"):
-        build = build_image.Build(variant, tmp_path / "out", {"REVISION": "tampered"}, ca_cert=ca_cert(), context=context)
-        build_image.build_image(find_build_cli(), matrix, build)
+        args = build_image.build_args(variant, "tampered", "2026-01-01T00:00:00Z")
+        build = build_image.Build(variant, tmp_path / "out", args, ca_cert=ca_cert(), context=context)
+        build_image.build_image(docker, find_build_cli(), matrix, build)
 
 
 def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_registry):

@@ -142,7 +142,9 @@ def test_a_multi_arch_dockerfile_picks_the_lock_by_target_arch(matrix):
     variant = multi_arch_lines(matrix)[0]
     text = render(matrix, variant)
     assert "ARG TARGETARCH" in text
-    assert f"COPY images/locks/{variant.name}/${{TARGETARCH}}/{LAYERS[0][0]}" in text
+    for arch in ("amd64", "arm64"):  # each architecture's file mounted, the one TARGETARCH names read
+        assert f"source=images/locks/{variant.name}/{arch}/{LAYERS[0][0]},target=/mnt/lock-{arch}.txt" in text
+    assert "-r /mnt/lock-${TARGETARCH}.txt" in text
     single = resolve(matrix, matrix.default_cuda)
     assert not single.multi_arch and "TARGETARCH" not in render(matrix, single)
 
