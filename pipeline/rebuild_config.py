@@ -28,7 +28,8 @@ from pipeline.variants import REPO_ROOT, Variant
 SYSTEM_EPOCH = "SOURCE_DATE_EPOCH"  # the OS, the user, the venv, the pip layers: the line's lock files
 FILES_EPOCH = "FILES_EPOCH"  # the project's own files in the image (.dockerignore lets only these in)
 FILES = ("container", "common", "smoke", "ppo_bench", "rlhf_bench", "notebooks", "images/expect")
-_LAYER_INSTRUCTIONS = ("RUN ", "COPY ", "ADD ")  # history entries that can make a layer of no bytes
+_LAYER_INSTRUCTIONS = ("RUN ", "COPY ", "ADD ")  # history entries that make a layer, of no bytes too
+_MAYBE_LAYER = "WORKDIR "  # BuildKit makes a layer for it (of folders only), or none
 
 
 def _commit_time(paths: list[str]) -> int | None:
@@ -58,16 +59,21 @@ def created(args: dict[str, str]) -> str | None:
 def config_bytes(attrs: dict, history: list[dict], when: str) -> bytes:
     """The image's config, written again: `attrs` (docker image inspect) and `history` (the Engine's, newest
     first) with every time `when`. A history entry makes a layer when it has bytes or is a RUN, COPY or ADD;
-    a count that does not match the layers is refused rather than guessed."""
+    the WORKDIRs all do or none does, whichever the layer count says; any other count is refused rather
+    than guessed (the Engine's history does not say which entries are empty)."""
     layers = attrs["RootFS"]["Layers"]
-    entries = []
+    entries, maybe = [], []
     for item in reversed(history):
         entry = {"created": when, "created_by": item.get("CreatedBy", "")}
         if item.get("Comment"):
             entry["comment"] = item["Comment"]
         if not item.get("Size") and not entry["created_by"].startswith(_LAYER_INSTRUCTIONS):
             entry["empty_layer"] = True
+            maybe += [entry] if entry["created_by"].startswith(_MAYBE_LAYER) else []
         entries.append(entry)
+    if sum(1 for e in entries if not e.get("empty_layer")) + len(maybe) == len(layers):
+        for entry in maybe:
+            del entry["empty_layer"]
     if sum(1 for e in entries if not e.get("empty_layer")) != len(layers):
         raise BuildFailed(
             f"the built image's history does not match its {len(layers)} layers; cannot make its config reproducible "

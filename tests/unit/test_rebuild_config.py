@@ -17,7 +17,7 @@ ATTRS = {
     "Architecture": "amd64",
     "Os": "linux",
     "Config": {"User": "1000:100", "Env": ["PATH=/usr/bin"], "Labels": {"a": "b"}},
-    "RootFS": {"Type": "layers", "Layers": ["sha256:" + "1" * 64, "sha256:" + "2" * 64, "sha256:" + "3" * 64]},
+    "RootFS": {"Type": "layers", "Layers": ["sha256:" + str(i) * 64 for i in range(1, 5)]},
 }
 
 
@@ -28,6 +28,7 @@ def history(created: int) -> list[dict]:
         {"CreatedBy": 'CMD ["bash"]', "Size": 0},
         {"CreatedBy": "RUN /bin/bash -c install -d /opt # buildkit", "Size": 0},  # a layer of folders only: no bytes
         {"CreatedBy": "ENV A=1", "Size": 0},
+        {"CreatedBy": "WORKDIR /workspace", "Size": 0},  # here a layer: the count of layers says so
         {"CreatedBy": "COPY x /x # buildkit", "Size": 12, "Comment": "buildkit.dockerfile.v0"},
     ]
     return [{**entry, "Created": created + i} for i, entry in reversed(list(enumerate(oldest_first)))]
@@ -41,15 +42,21 @@ def test_two_builds_at_different_times_give_one_config():
     config = json.loads(first)
     assert config["created"] == when and {e["created"] for e in config["history"]} == {when}
     assert config["rootfs"]["diff_ids"] == ATTRS["RootFS"]["Layers"]
-    assert [bool(e.get("empty_layer")) for e in config["history"]] == [False, True, False, True, False]
+    assert [bool(e.get("empty_layer")) for e in config["history"]] == [False, True, False, True, False, False]
     assert config["history"][-1]["comment"] == "buildkit.dockerfile.v0"
 
 
 def test_another_epoch_or_another_layer_is_another_config():
     base = rebuild_config.config_bytes(ATTRS, history(0), "2026-11-30T10:00:00Z")
     assert rebuild_config.config_bytes(ATTRS, history(0), "2026-11-30T10:00:01Z") != base
-    other = {**ATTRS, "RootFS": {"Layers": [*ATTRS["RootFS"]["Layers"][:2], "sha256:" + "4" * 64]}}
+    other = {**ATTRS, "RootFS": {"Layers": [*ATTRS["RootFS"]["Layers"][:3], "sha256:" + "9" * 64]}}
     assert rebuild_config.config_bytes(other, history(0), "2026-11-30T10:00:00Z") != base
+
+
+def test_a_workdir_without_a_layer_is_an_empty_entry():
+    three = {**ATTRS, "RootFS": {"Layers": ATTRS["RootFS"]["Layers"][:3]}}
+    config = json.loads(rebuild_config.config_bytes(three, history(0), "2026-11-30T10:00:00Z"))
+    assert [bool(e.get("empty_layer")) for e in config["history"]] == [False, True, False, True, True, False]
 
 
 def test_a_history_that_does_not_match_the_layers_is_refused_not_guessed():
