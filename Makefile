@@ -7,6 +7,8 @@
 #                (LINES="2.4-cu121 2.15-cu132" for some; each image removed after its proof)
 #   make lines   the other lines CI leaves out (the CUDA 12.1 line through `--cuda 12.1 --push`, the
 #                newest torch line) and the default image pushed whole with zstd; weekly (lines.yml)
+#   make reproduce  two cold builds of the default line (CUDA= for another), caches emptied in between:
+#                fails unless they are one image (scripts/reproduce.sh; weekly, lines.yml)
 #   make arm64   the first multi-arch line for amd64 and arm64 (arm64 under qemu), proven,
 #                pushed to the test registry as one index, and checked (tests/image/test_arm64.py;
 #                about an hour on 2 cores, so not in `make test`)
@@ -24,7 +26,7 @@ SHELL_FILES := container/start.sh container/profile.sh container/proof container
 
 LINES ?=
 
-.PHONY: venv image test unit lint bench-build matrix lines arm64
+.PHONY: venv image test unit lint bench-build matrix lines reproduce arm64
 
 venv:
 	bash scripts/host-venv.sh
@@ -57,6 +59,10 @@ matrix:
 lines:
 	bash scripts/prepare-host.sh --test-tools
 	BUILD_CA_CERT=$(CA_CERT) REQUIRE_DOCKER=1 $(PYTHON) -m pytest -m lines $(PYTEST_ARGS)
+
+reproduce:
+	bash scripts/prepare-host.sh
+	CA_CERT=$(CA_CERT) CUDA=$(CUDA) bash scripts/reproduce.sh
 
 arm64:
 	bash scripts/prepare-host.sh --test-tools --arm64

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Two cold builds of one line give one image (docs/supply-chain.md, "Rebuild it yourself"): BuildKit's
+# cache (its pip cache mount with it) and the line's images are emptied before each build, which then
+# runs at another time of day; the base image is kept (the same base is a condition of the claim).
+# Prints each build's validated image ID and time, REPRODUCED and exit 0 when they are one, else
+# DIFFERS and exit 1. Weekly in lines.yml (make reproduce); by hand: make reproduce [CUDA=13.0].
+#   CA_CERT=FILE  the proxy's CA for pip (as make image)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+args=()
+[[ -n ${CUDA:-} ]] && args+=(--cuda "$CUDA")
+[[ -n ${CA_CERT:-} ]] && args+=(--ca-cert "$CA_CERT")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+repo=$($PY -c 'from pipeline.variants import load_matrix; print(load_matrix().name)')
+ids=()
+for run in 1 2; do
+    docker builder prune -af >/dev/null
+    docker images --format '{{.Repository}}:{{.Tag}}' | { grep -E "^(localhost:[0-9]+/)?${repo}(-[a-z-]+)?:" || true; } | xargs -r docker rmi -f >/dev/null
+    docker image prune -f >/dev/null  # the untagged ones too; the base image is tagged and stays
+    started=$(date +%s)
+    "$PY" build.py "${args[@]}" --report-dir "$out/$run" | sed "s/^/[build $run] /"
+    id=$("$PY" -c 'import json, sys, glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/*/report.json")[0]))["validated_image_id"])' "$out/$run")
+    echo "==> build $run: $id in $(($(date +%s) - started)) s, cold"
+    ids+=("$id")
+done
+if [[ ${ids[0]} == "${ids[1]}" ]]; then
+    echo "REPRODUCED: ${ids[0]}"
+else
+    echo "DIFFERS: ${ids[0]} then ${ids[1]} (compare the two images' layers: docs/supply-chain.md says how)"
+    exit 1
+fi
