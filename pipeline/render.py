@@ -47,7 +47,12 @@ APT_CLEAN = (
 )
 
 
-def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = ()) -> str:
+# Debian's pip wheel, run from the wheel with the venv's Python (pip's own way to bootstrap): the pip of
+# the layers that come before the lock's pip is installed (Dockerfile.template says why).
+WHEEL_PIP = 'python3 "$(echo /usr/share/python-wheels/pip-*.whl)/pip"'
+
+
+def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = (), pip: str = WHEEL_PIP) -> str:
     """One RUN that installs with pip, the proxy CA mounted as a secret for it alone (an empty file
     without --ca-cert), the lock file's mounts `lock`, /tmp a tmpfs (the user cannot set its time)."""
     mounts = [
@@ -60,7 +65,7 @@ def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = ()) -> str:
         "RUN "
         + " \\\n    ".join(mounts)
         + f" \\\n    {START}if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \\\n"
-        + f" && pip install {pip_args}"
+        + f" && {pip} install {pip_args}"
     )
 
 
@@ -133,7 +138,9 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             + "".join(
                 f"# gymnasium's {extra} extra is left out: {why}\n" for extra, why in variant.left_out(locked=False).items()
             )
+            + "# Then pip itself into the venv (Debian's wheels, as the venv had before).\n"
             + _pip_run(matrix, f"{indexes} {torch_pins} \\\n      {packages}")
+            + f" \\\n && {WHEEL_PIP} install --no-deps /usr/share/python-wheels/pip-*.whl /usr/share/python-wheels/setuptools-*.whl"
             + CLAMP,
         ]
     )
@@ -188,7 +195,7 @@ def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     """The flavor's one pip layer: its lock installed, then the image's pip constraint rewritten."""
     file = layers(variant)[0][0]
     mounts, path = lock_mount(variant, file)
-    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts)
+    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts, "pip")
     run = run.replace(" && pip install ", " && PIP_CONSTRAINT='' pip install ", 1)
     check = pip_check(variant)  # the base image has the script (its torch stage)
     return (
