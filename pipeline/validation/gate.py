@@ -309,17 +309,12 @@ def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES)
     return Validation(
         ok=not failures,
         gpu=bool(found.proof.get("gpu")),
-        proof=found.proof,
-        hygiene=found.hygiene,
-        size=found.size,
-        sbom=found.sbom,
-        audit=found.audit,
         seconds=time.monotonic() - start,
         failures=tuple(failures),
         stages=tuple(statuses),
         platform=req.platform,
         emulated=req.emulated,
-        ran_in=found.ran_in,
+        **vars(found),  # what the stages found: proof, hygiene, size, SBOM, audit, the image the proof ran in
     )
 
 
