@@ -60,6 +60,7 @@ FORMATS = {
     "s1": lambda v: f"{v:,.1f} s",
     "min": lambda v: f"{v / 60:.1f} min",
     "int": lambda v: f"{v:,.0f}",
+    "f1": lambda v: f"{v:,.1f}",
     "len": lambda v: f"{len(v):,}",
 }
 # One line of prose at most: a figure never spans a paragraph, so a lost end marker cannot eat one
