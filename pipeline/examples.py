@@ -71,8 +71,10 @@ def figure(file: str, field: str, form: str, root: Path = REPO_ROOT) -> str:
     """FIELD (dotted; a list's items by index) of the committed JSON record FILE, formatted by FORMATS[form]."""
     try:
         value = json.loads((root / file).read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{file}: cannot read the figure's record ({err})") from None
+    except OSError as err:
+        raise UsageError(f"{file}: cannot read the figure's record ({err.strerror})") from None
+    except ValueError:
+        raise UsageError(f"{file}: the figure's record is not JSON") from None
     for key in field.split("."):
         try:
             value = value[int(key)] if isinstance(value, list) else value[key]
