@@ -20,8 +20,18 @@ EXIT_FAILED = 1  # a check or a gate failed, or something unexpected went wrong
 EXIT_USAGE = 2  # bad arguments
 
 
-class UsageError(Exception):
-    """Bad command-line input; main() prints it as one line and exits EXIT_USAGE."""
+class CommandError(Exception):
+    """The base of every command's typed errors: main() prints one as one line and exits with its
+    `exit_code` (the host's pipeline.errors, each bench's errors)."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(CommandError):
+    """Bad command-line input; main() prints it as one line and exits EXIT_USAGE. The host's
+    pipeline.errors.UsageError is this error, typed as a pipeline error too."""
+
+    exit_code = EXIT_USAGE
 
 
 class OneLineParser(argparse.ArgumentParser):

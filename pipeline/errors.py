@@ -6,17 +6,17 @@ stderr and the exit code below. The README's "Exit codes" table lists them.
 
 from __future__ import annotations
 
-
-class PipelineError(Exception):
-    """Base class: `str(err)` is the one line shown to the user."""
-
-    exit_code = 1
+from common import cli
 
 
-class UsageError(PipelineError):
-    """Bad input: unknown CUDA line, a combination that does not exist, a missing file."""
+class PipelineError(cli.CommandError):
+    """Base class: `str(err)` is the one line shown to the user; exit 1 (common.cli's EXIT_FAILED)
+    unless a subclass says otherwise."""
 
-    exit_code = 2
+
+class UsageError(PipelineError, cli.UsageError):
+    """Bad input: unknown CUDA line, a combination that does not exist, a missing file. Exit 2:
+    common.cli's one usage error, as a pipeline error."""
 
 
 class MatrixError(PipelineError):

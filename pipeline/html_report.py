@@ -151,16 +151,8 @@ def render_page(report: dict, run_dir: Path) -> str:
             + (f"<p id='verdict'><code>{_e(validation.get('verdict'))}</code></p>" if validation.get("verdict") else "")
         )
     parts.append("<h2>Versions</h2><table><tr><th></th><th>pinned</th><th>in the image</th></tr>")
-    for key, fact in (
-        ("torch", "torch"),
-        ("torchvision", "torchvision"),
-        ("torchaudio", "torchaudio"),
-        ("cuda", "cuda"),
-        ("cudnn", "cudnn"),
-        ("nccl", "nccl"),
-        ("python", "python"),
-    ):
-        parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(fact))}</td></tr>")
+    for key in ("torch", "torchvision", "torchaudio", "cuda", "cudnn", "nccl", "python"):
+        parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(key))}</td></tr>")
     parts.append("</table>")
     if size:
         parts.append(

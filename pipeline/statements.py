@@ -169,6 +169,13 @@ def validation_with_proof(validation: dict, proof: dict) -> dict:
         "emulated": emulated,
         "validated_on": validated_on(validation.get("platform", "linux/amd64"), gpu, emulated),
         "failures": list(proof.get("failures") or []),
+        **proof_parts(proof),
+    }
+
+
+def proof_parts(proof: dict) -> dict:
+    """What a validation record says of its proof: the verdict, the parts LIFTED to its top, the rest under "proof"."""
+    return {
         "verdict": proof.get("verdict"),
         "smoke": proof.get("smoke") or {},
         "ppo": proof.get("ppo") or {},

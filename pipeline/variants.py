@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,37 +30,6 @@ PLATFORMS = {
 def arch(platform: str) -> str:
     """'linux/arm64' -> 'arm64': the lock folder, the per-architecture tag suffix, BuildKit's TARGETARCH."""
     return PLATFORMS[platform]["arch"]
-
-
-_VARIANT_KEYS = {
-    "cuda": str,
-    "torch": str,
-    "torchvision": str,
-    "torchaudio": str,
-    "index": str,
-    "cudnn": int,
-    "nccl": str,
-    "min_driver": str,
-    "size_budget_gb": float,
-}
-_PROJECT_KEYS = {
-    "name": str,
-    "default_cuda": str,
-    "base_image": str,
-    "base_suite": str,
-    "python": str,
-    "user": str,
-    "uid": int,
-    "gid": int,
-    "resolved_before": str,
-}
-_GATE_KEYS = {
-    "env_id": str,
-    "backend": str,
-    "target_return": float,
-    "total_timesteps": int,
-    "seed": int,
-}
 
 
 @dataclass(frozen=True)
@@ -175,18 +145,8 @@ class Variant:
 
     def expectations(self) -> dict:
         """What the smoke checks inside the image must find (smoke/expect.py's schema)."""
-        return {
-            "variant": self.name,
-            "torch": self.torch,
-            "torchvision": self.torchvision,
-            "torchaudio": self.torchaudio,
-            "cuda": self.cuda,
-            "cudnn": self.cudnn,
-            "nccl": self.nccl,
-            "python": self.python,
-            "min_driver": self.min_driver,
-            "driver_lines": dict(self.driver_lines),
-        }
+        pins = ("torch", "torchvision", "torchaudio", "cuda", "cudnn", "nccl", "python", "min_driver")
+        return {"variant": self.name, **{key: getattr(self, key) for key in pins}, "driver_lines": dict(self.driver_lines)}
 
     def spec(self) -> dict:
         """What the image must prove, baked into it as /opt/proven-torch/expect.json:
@@ -279,6 +239,17 @@ class Matrix:
             if v.name == name:
                 return v
         raise UsageError(f"unknown variant {name!r}; the matrix has {', '.join(v.name for v in self.variants)}")
+
+
+def _keys(cls: type, names: str) -> dict[str, type]:
+    """The fields `names` of the dataclass `cls` with their types: what its table in the matrix must hold."""
+    hints = typing.get_type_hints(cls)
+    return {name: hints[name] for name in names.split()}
+
+
+_VARIANT_KEYS = _keys(Variant, "cuda torch torchvision torchaudio index cudnn nccl min_driver size_budget_gb")
+_PROJECT_KEYS = _keys(Matrix, "name default_cuda base_image base_suite python user uid gid resolved_before")
+_GATE_KEYS = typing.get_type_hints(PpoGate)
 
 
 def _typed(table: dict, keys: dict, where: str, path: Path) -> dict:

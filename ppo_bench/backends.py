@@ -26,26 +26,7 @@ class Backend:
 
 
 # Algorithm settings whose best value depends on the backend. The gymnasium column is CleanRL's
-# ppo.py defaults. The torch column was tuned to reach CartPole's target in little CPU time on a
-# 2-core CPU (docs/ppo-benchmark.md has the measurements): many more environments and large
-# minibatches (few optimizer steps: each costs milliseconds of overhead on a CPU), a 16x learning
-# rate held in check by early stopping on KL, no value clipping (with returns of order 100,
-# clipping value updates to +-0.2 slowed the critic) and no entropy bonus (it kept the policy from
-# settling at 500).
-TORCH_DEFAULTS = dict(
-    total_timesteps=2_000_000,
-    num_envs=256,
-    num_steps=16,
-    learning_rate=4e-3,
-    num_minibatches=4,
-    update_epochs=4,
-    clip_vloss=False,
-    ent_coef=0.0,
-    target_kl=0.03,
-    clip_coef=0.2,
-    amp="off",
-    threads=1,
-)
+# ppo.py defaults; the others are it with their own changes.
 GYMNASIUM_DEFAULTS = dict(
     total_timesteps=500_000,
     num_envs=4,
@@ -60,6 +41,21 @@ GYMNASIUM_DEFAULTS = dict(
     amp="off",
     threads=1,
 )
+# The torch column was tuned to reach CartPole's target in little CPU time on a 2-core CPU
+# (docs/ppo-benchmark.md has the measurements): many more environments and large minibatches (few
+# optimizer steps: each costs milliseconds of overhead on a CPU), a 16x learning rate held in check
+# by early stopping on KL, no value clipping (with returns of order 100, clipping value updates to
+# +-0.2 slowed the critic) and no entropy bonus (it kept the policy from settling at 500).
+TORCH_DEFAULTS = {
+    **GYMNASIUM_DEFAULTS,
+    "total_timesteps": 2_000_000,
+    "num_envs": 256,
+    "num_steps": 16,
+    "learning_rate": 4e-3,
+    "clip_vloss": False,
+    "ent_coef": 0.0,
+    "target_kl": 0.03,
+}
 # CleanRL's ppo_atari_envpool.py: its ppo.py settings with its own Atari ones, and --amp bf16
 # wherever the device computes it natively (the Nature CNN's update took 2.4x less time on this
 # project's CPU, docs/benchmarks.md; learning is shown with it there); every core for the CNN.

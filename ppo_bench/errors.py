@@ -4,16 +4,14 @@ Exit codes: the shared ones (common.cli: 0 ok, 1 anything unexpected, with a
 traceback, 2 bad arguments or --require-gpu without a GPU), then ppo_bench's own.
 """
 
-from common.cli import EXIT_FAILED, EXIT_USAGE
+from common.cli import EXIT_USAGE, CommandError
 
 EXIT_BELOW_TARGET = 3  # --fail-below-target and the target return was not reached
 EXIT_DISTRIBUTED = 4  # a collective across torchrun ranks did not complete in time
 
 
-class PPOBenchError(Exception):
+class PPOBenchError(CommandError):
     """Base class; `exit_code` is what the CLI exits with."""
-
-    exit_code = EXIT_FAILED
 
 
 class ConfigError(PPOBenchError):

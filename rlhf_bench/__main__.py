@@ -61,38 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", dest="out_dir", default=d.out_dir, metavar="DIR", help=f"output folder (default: ./{d.out_dir})")
-    p.add_argument("--steps", type=int, default=d.steps, help=f"GRPO optimizer steps (default: {d.steps})")
-    p.add_argument(
-        "--learning-rate",
-        type=float,
-        default=d.learning_rate,
-        metavar="LR",
-        help=f"constant AdamW learning rate; 0 must fail the gate (default: {d.learning_rate:g})",
+    numbers = (  # flag, type, metavar (None: argparse's own), help before the default
+        ("--steps", int, None, "GRPO optimizer steps"),
+        ("--learning-rate", float, "LR", "constant AdamW learning rate; 0 must fail the gate"),
+        ("--seed", int, None, "seed for the model, the prompts and sampling"),
+        ("--min-gain", float, "G", "the gate: last-window mean reward minus first-window mean"),
+        ("--window", int, "N", "steps averaged at each end of the reward curve"),
+        (
+            "--processes",
+            int,
+            "N",
+            "1: train in this process; N > 1: `accelerate launch` N ranks (gloo on the CPU, one GPU each with NCCL) and "
+            "check that they end with identical weights; with fewer GPUs than N and --device auto the ranks run on the CPU",
+        ),
     )
-    p.add_argument("--seed", type=int, default=d.seed, help=f"seed for the model, the prompts and sampling (default: {d.seed})")
-    p.add_argument(
-        "--min-gain",
-        type=float,
-        default=d.min_gain,
-        metavar="G",
-        help=f"the gate: last-window mean reward minus first-window mean (default: {d.min_gain:g})",
-    )
-    p.add_argument(
-        "--window",
-        type=int,
-        default=d.window,
-        metavar="N",
-        help=f"steps averaged at each end of the reward curve (default: {d.window})",
-    )
-    p.add_argument(
-        "--processes",
-        type=int,
-        default=d.processes,
-        metavar="N",
-        help="1: train in this process; N > 1: `accelerate launch` N ranks (gloo on the CPU, one GPU "
-        "each with NCCL) and check that they end with identical weights; with fewer GPUs than N and "
-        f"--device auto the ranks run on the CPU (default: {d.processes})",
-    )
+    for flag, kind, metavar, text in numbers:
+        default = getattr(d, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{text} (default: {default:g})")
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),

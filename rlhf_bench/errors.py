@@ -6,16 +6,14 @@ arguments, or --device cuda without a GPU or with fewer GPUs than --processes), 
 rlhf_bench's own.
 """
 
-from common.cli import EXIT_FAILED, EXIT_USAGE
+from common.cli import EXIT_USAGE, CommandError
 
 EXIT_NO_RISE = 3  # the mean reward did not rise by --min-gain
 EXIT_POLICY = 4  # save/reload/generate failed, or the multi-process run failed or its ranks' weights differ
 
 
-class RLHFBenchError(Exception):
+class RLHFBenchError(CommandError):
     """Base class; `exit_code` is what the command line exits with."""
-
-    exit_code = EXIT_FAILED
 
 
 class ConfigError(RLHFBenchError):

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -178,20 +180,38 @@ class SecondDocker:
             say(f"put the first daemon's docker0 ({self.bridge}) back")
 
 
-def gzip_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
+@contextmanager
+def phase_registry(work: Path, image, tag: str, *later: str) -> Iterator[tuple[Registry, str]]:
+    """A registry of the phase's own and the repository's reference in it, `image` tagged there as `tag`;
+    afterwards the registry is stopped and `tag` and the `later` tags are removed."""
     registry = Registry(work)
     ref = f"{registry.host}/{REPO}"
-    image.tag(ref, "gzip")
+    image.tag(ref, tag)
     try:
+        yield registry, ref
+    finally:
+        registry.stop()
+        run([DOCKER, "rmi", *(f"{ref}:{t}" for t in (tag, *later))])
+
+
+def containerd_pull(out: dict, ref: str, docker_pull: bool, docker_key: str) -> bool:
+    """The containerd cold pull of `ref`, timed into `out`; whether the second Docker Engine pulls next
+    (not with --no-docker-pull, which `out[docker_key]` then says)."""
+    out["containerd_cold_pull_seconds"] = round(ctr_cold_pull(ref), 1)
+    if not docker_pull:
+        out[docker_key] = "not run (--no-docker-pull)"
+    return docker_pull
+
+
+def gzip_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
+    with phase_registry(work, image, "gzip") as (registry, ref):
         say("cold push, gzip (docker push) ...")
         seconds, done = timed([DOCKER, "push", f"{ref}:gzip"], timeout=3600)
         if done.returncode != 0:
             raise SystemExit(f"docker push failed: {done.stderr.strip()[-300:]}")
         out = {"cold_push_seconds": round(seconds, 1), **layer_stats(registry.manifest("gzip"))}
         say(f"  {seconds:.0f} s; cold pull with containerd ...")
-        out["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{ref}:gzip"), 1)
-        if not docker_pull:
-            out["docker_cold_pull_seconds"] = "not run (--no-docker-pull)"
+        if not containerd_pull(out, f"{ref}:gzip", docker_pull, "docker_cold_pull_seconds"):
             return out
         say("cold pull with a second, empty Docker Engine, then the smoke suite in what it pulled ...")
         with SecondDocker(work / "docker2-gzip") as second:
@@ -206,17 +226,10 @@ def gzip_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             _, smoke = second.docker("run", "--rm", "--network", "none", f"{ref}:gzip", "python", "-m", "smoke", timeout=900)
             out["docker_pulled_smoke_exit"] = smoke.returncode
         return out
-    finally:
-        registry.stop()
-        run([DOCKER, "rmi", f"{ref}:gzip"])
 
 
 def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
-    registry = Registry(work)
-    ref = f"{registry.host}/{REPO}"
-    image.tag(ref, "cold")
-    changed = None
-    try:
+    with phase_registry(work, image, "cold", "changed") as (registry, ref):
         say("cold push, zstd (skopeo, build.py --compression zstd) ...")
         start = time.monotonic()
         digest = zstd_push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
@@ -237,9 +250,7 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             int(layer["size"]) for layer in manifest["layers"] if layer["digest"] not in before
         ) + int(manifest["config"]["size"])
         say("cold pull with containerd ...")
-        out["containerd_cold_pull_seconds"] = round(ctr_cold_pull(f"{ref}@{digest}"), 1)
-        if not docker_pull:
-            out["docker_20_10_pull"] = "not run (--no-docker-pull)"
+        if not containerd_pull(out, f"{ref}@{digest}", docker_pull, "docker_20_10_pull"):
             return out
         say("the same Docker Engine 20.10, pulling zstd ...")
         with SecondDocker(work / "docker2-zstd") as second:
@@ -247,9 +258,6 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
             last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
             out["docker_20_10_pull"] = "pulled" if done.returncode == 0 else f"failed: {last[:200]}"
         return out
-    finally:
-        registry.stop()
-        run([DOCKER, "rmi", f"{ref}:cold", f"{ref}:changed"])
 
 
 def main() -> int:

@@ -122,12 +122,7 @@ class Validation:
             "seconds": round(self.seconds, 1),
             "failures": list(self.failures),
             "stages": [{"name": name, "status": status} for name, status in self.stages],
-            "verdict": self.proof.get("verdict"),
-            "smoke": self.smoke,
-            "ppo": self.ppo,
-            "ppo_cpu": self.proof.get("ppo_cpu"),
-            "gpu_cpu_sps_ratio": self.proof.get("gpu_cpu_sps_ratio"),
-            "proof": {k: v for k, v in self.proof.items() if k not in ("smoke", "ppo", "ppo_cpu")},
+            **statements.proof_parts(self.proof),
             "hygiene": list(self.hygiene),
             "size": self.size,
             "sbom": self.sbom,
@@ -314,17 +309,12 @@ def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES)
     return Validation(
         ok=not failures,
         gpu=bool(found.proof.get("gpu")),
-        proof=found.proof,
-        hygiene=found.hygiene,
-        size=found.size,
-        sbom=found.sbom,
-        audit=found.audit,
         seconds=time.monotonic() - start,
         failures=tuple(failures),
         stages=tuple(statuses),
         platform=req.platform,
         emulated=req.emulated,
-        ran_in=found.ran_in,
+        **vars(found),  # what the stages found: proof, hygiene, size, SBOM, audit, the image the proof ran in
     )
 
 
