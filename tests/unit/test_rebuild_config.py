@@ -88,3 +88,14 @@ def test_the_etc_archive_holds_etc_and_hosts_at_a_fixed_time_and_nothing_else():
         assert members["etc/hosts"].isfile() and members["etc/hosts"].mode == 0o644
         assert {(m.uid, m.gid, m.mtime) for m in members.values()} == {(0, 0, 1_700_000_000)}
         assert b"localhost" in archive.extractfile("etc/hosts").read()
+
+
+def test_every_image_names_its_epochs_in_its_labels(matrix):
+    """A rebuild reads the revision and the epochs from the image it checks (docs/supply-chain.md)."""
+    from pipeline.render import every_variant, render
+
+    for variant in every_variant(matrix):
+        text = render(matrix, variant)
+        assert 'io.proven-torch.source-date-epoch="${SOURCE_DATE_EPOCH}"' in text, variant.name
+        assert 'io.proven-torch.files-epoch="${FILES_EPOCH}"' in text, variant.name
+        assert text.rindex("ARG SOURCE_DATE_EPOCH") < text.rindex("io.proven-torch.source-date-epoch"), variant.name
