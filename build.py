@@ -82,21 +82,22 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("build", "--platform", default=AMD64, choices=[*PLATFORMS, "all"])
     add("build", "--registry", metavar="HOST[:PORT]")
     add("build", "--repo", metavar="NAME")
-    add("build matrix", "--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE")
+    add("build matrix rebuild", "--ca-cert", type=Path, default=os.environ.get("BUILD_CA_CERT") or None, metavar="FILE")
     add("build matrix", "--advisories", type=Path, default=os.environ.get("ADVISORY_DB") or None, metavar="DIR|ZIP")
-    add("build matrix", "-v", "--verbose", action="store_true")
+    add("build matrix rebuild", "-v", "--verbose", action="store_true")
     add("build", "--allow-cpu-validation", action="store_true")
     add("build sign", "--sign-key", type=Path, default=None, metavar="PRIVATE_KEY")
     add("build sign keygen", "--sign-key-passphrase-file", type=Path, default=None, metavar="FILE")
     add("keygen", "directory", type=Path, metavar="DIR")
     add("keygen", "--encrypt", action="store_true")
-    add("verify", "image_ref", metavar="IMAGE_REF")
+    add("verify rebuild", "image_ref", metavar="IMAGE_REF")
+    add("rebuild", "--source", type=Path, metavar="DIR")
     add("sign withdraw attach", "signed_ref", metavar="IMAGE@DIGEST")
-    add("verify diff", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
+    add("verify diff rebuild", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
     add("verify sign", "--require-gpu", action="store_true")
     add("verify", "--expect-line", metavar="LINE")
     add("verify diff", "--max-age", type=int, default=DEFAULT_MAX_AGE, metavar="DAYS")
-    add("verify sign withdraw attach diff", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
+    add("verify sign withdraw attach diff rebuild", "--timeout", type=float, default=DEADLINES["verify"], metavar="SECONDS")
     add("sign", "--report", type=Path, metavar="REPORT_JSON")
     add("sign", "--children", type=Path, nargs="+", metavar="DIR")
     add("sign", "--proof", type=Path, metavar="PROOF_JSON")
@@ -257,6 +258,13 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
             output,
         )
         lines, status = diff_command(asked)
+        say(lines)
+        return status
+    if args.command == "rebuild":
+        from pipeline.rebuild import RebuildRequest, rebuild
+
+        asked = RebuildRequest(args.image_ref, tuple(args.key), args.ca_cert, args.source, args.timeout, args.verbose)
+        lines, status = rebuild(asked)
         say(lines)
         return status
     if args.command == "report":

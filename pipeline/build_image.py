@@ -63,21 +63,16 @@ def build_args(variant: Variant, revision: str, started: str) -> dict[str, str]:
     return {"SOURCE": SOURCE, "REVISION": revision, "CREATED": rebuild_config.created(epochs) or started, **epochs}
 
 
-def build_command(
-    cli: BuildCli,
-    variant: Variant,
-    iidfile: Path,
-    args: dict[str, str],
-    ca_cert: Path | None,
-    context: Path = REPO_ROOT,
-    platform: str = AMD64,
-) -> list[str]:
-    argv = [*cli.argv, "--progress=plain", "--platform", platform, "-f", str(dockerfile_path(variant)), "--iidfile", str(iidfile)]
-    for key, value in {**build_arg(variant), **args}.items():  # TORCH picks the line in its CUDA line's file
+def build_command(cli: BuildCli, build: Build, iidfile: Path) -> list[str]:
+    """The `docker build` of `build`: its context's own Dockerfile for the line, untagged (`--iidfile`)."""
+    dockerfile = dockerfile_path(build.variant, build.context)
+    argv = [*cli.argv, "--progress=plain", "--platform", build.platform, "-f", str(dockerfile), "--iidfile", str(iidfile)]
+    argv += ["--no-cache"] if build.no_cache else []
+    for key, value in {**build_arg(build.variant), **build.args}.items():  # TORCH picks the line in its CUDA line's file
         argv += ["--build-arg", f"{key}={value}"]
-    if ca_cert is not None:
-        argv += ["--secret", f"id=pip_ca,src={ca_cert}"]
-    argv.append(str(context))
+    if build.ca_cert is not None:
+        argv += ["--secret", f"id=pip_ca,src={build.ca_cert}"]
+    argv.append(str(build.context))
     return argv
 
 
@@ -152,7 +147,8 @@ class Build:
     platform: str = AMD64
     ca_cert: Path | None = None  # the proxy's CA, as a BuildKit secret (never a layer)
     verbose: bool = False
-    context: Path = REPO_ROOT
+    context: Path = REPO_ROOT  # the checkout built: its Dockerfiles, locks and files
+    no_cache: bool = False  # BuildKit's cache unused (a rebuild); pip's cache holds only wheels the locks' hashes check
 
 
 def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildResult:
@@ -166,7 +162,7 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
     iidfile = out_dir / "image-id"
     iidfile.unlink(missing_ok=True)
     log_path = out_dir / "build.log"
-    argv = build_command(cli, variant, iidfile, build.args, build.ca_cert, build.context, platform)
+    argv = build_command(cli, build, iidfile)
     on = f" for {platform}" if variant.multi_arch else ""
     print(f"==> build {variant.name}{on} with {cli.description} (log: {log_path})", flush=True)
     start = time.monotonic()

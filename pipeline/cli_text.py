@@ -21,6 +21,8 @@ COMMANDS = {
     "attach": "attach to a pushed digest the envelopes a signer signed apart from `sign --prepare DIR`'s statements (the release)",
     "diff": "is B safe to roll out instead of A? trust, versions, packages, advisories, size, proof and PPO figures, from the "
     "signed statements and manifests, no layer read (exit 0 no worse, 1 regressions, one line each)",
+    "rebuild": "build the revision a pushed, signed image names, cold, in a worktree: REPRODUCED when it gives the same image, "
+    "else the layers that differ and the packages that moved (exit 0 reproduced, 1 differs)",
     "withdraw": "delete a pushed digest whose proof failed, with every tag naming it and its statements (registries delete by digest)",
 }
 EPILOG = (
@@ -102,6 +104,8 @@ HELP = {  # every flag's help, the same for each command that takes it
     "with --push (default: $PROVEN_TORCH_SIGN_KEY; none: unsigned); sign: required (default: $PROVEN_TORCH_SIGN_KEY)",
     "directory": "an empty folder for the new key pair, outside the checkout (e.g. ~/.config/proven-torch)",
     "image_ref": "the pushed image, HOST/REPO:TAG or HOST/REPO@sha256:<hex>; a multi-arch index: every child is checked",
+    "rebuild image_ref": "the pushed, signed image to rebuild, HOST/REPO:TAG or HOST/REPO@sha256:<hex> (an index: its amd64 image)",
+    "--source": "build this checkout instead of a worktree of the signed revision (what a change to it would make differ)",
     "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with; give it twice to accept either of two (a key rotation)",
     "--require-gpu": "fail unless the proof ran on a GPU (a CPU-only proof's WARNED result is then not enough)",
 }

@@ -17,6 +17,11 @@ from pipeline.variants import Variant
 
 PREFIX = "io.proven-torch."
 VALIDATION_SHA256 = f"{PREFIX}validation-sha256"  # the hash of validation.json, stamped at validation; signing checks it
+# What stamping adds (pipeline/stamp.py): the labels only validation knows, and the variable `proof` reads.
+ADVISORIES, VERSION, VALIDATION = f"{PREFIX}advisories", "org.opencontainers.image.version", f"{PREFIX}validation"
+GPU_VALIDATED, VALIDATED_ON, RELEASE_PPO = f"{PREFIX}gpu-validated", f"{PREFIX}validated-on", f"{PREFIX}release-ppo"
+STAMPED = (ADVISORIES, VERSION, VALIDATION, VALIDATION_SHA256, GPU_VALIDATED, VALIDATED_ON, RELEASE_PPO)
+STAMPED_ENV = "PROVEN_TORCH_RELEASE"
 
 
 def expected_labels(variant: Variant) -> dict[str, str]:

@@ -23,15 +23,15 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
         f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING
     )
     image_labels = {
-        f"{labels.PREFIX}advisories": (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",
-        "org.opencontainers.image.version": immutable,
-        f"{labels.PREFIX}validation": "passed",
+        labels.ADVISORIES: (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",
+        labels.VERSION: immutable,
+        labels.VALIDATION: "passed",
         labels.VALIDATION_SHA256: hashlib.sha256(record).hexdigest(),
-        f"{labels.PREFIX}gpu-validated": "true" if validation.gpu else "false",
-        f"{labels.PREFIX}validated-on": validation.validated_on,
-        f"{labels.PREFIX}release-ppo": release,
+        labels.GPU_VALIDATED: "true" if validation.gpu else "false",
+        labels.VALIDATED_ON: validation.validated_on,
+        labels.RELEASE_PPO: release,
     }
-    return image_labels, {"PROVEN_TORCH_RELEASE": release}
+    return image_labels, {labels.STAMPED_ENV: release}
 
 
 def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:

@@ -86,7 +86,10 @@ def test_lock_check_refusal_does_not_depend_on_the_order():
     [
         (("list", "--push"), "build.py list: --push is a flag of `build.py build`, not of `list`"),
         (("list", "--cuda", "12.8"), "build.py list: --cuda is a flag of `build.py build` and `build.py lock`, not of `list`"),
-        (("list", "-v"), "build.py list: -v is a flag of `build.py build` and `build.py matrix`, not of `list`"),
+        (
+            ("list", "-v"),
+            "build.py list: -v is a flag of `build.py build` and `build.py matrix` and `build.py rebuild`, not of `list`",
+        ),
         (("render", "--report-dir=x"), "--report-dir is a flag of `build.py build` and `build.py report` and `build.py matrix`"),
         (("lock", "--line", "2.9-cu128"), "build.py lock: --line is a flag of `build.py matrix`, not of `lock`"),
         (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.build_image import build_command, classify_failure
+from pipeline.build_image import Build, build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
 from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
@@ -202,10 +202,14 @@ def test_image_ref():
 
 def test_build_command_passes_ca_as_secret_and_no_tag(cu128, tmp_path):
     cli = BuildCli(("/usr/bin/docker", "build"), (("DOCKER_BUILDKIT", "1"),), "test")
-    argv = build_command(cli, cu128, tmp_path / "iid", {"REVISION": "abc"}, Path("/etc/ssl/ca.pem"))
+    build = Build(cu128, tmp_path, {"REVISION": "abc"}, ca_cert=Path("/etc/ssl/ca.pem"))
+    argv = build_command(cli, build, tmp_path / "iid")
     assert argv[argv.index("--secret") + 1] == "id=pip_ca,src=/etc/ssl/ca.pem"
-    assert "-t" not in argv and "--tag" not in argv
+    assert "-t" not in argv and "--tag" not in argv and "--no-cache" not in argv
     assert argv[argv.index("-f") + 1] == str(dockerfile_path(cu128))
+    elsewhere = build_command(cli, Build(cu128, tmp_path, {}, context=tmp_path / "src", no_cache=True), tmp_path / "iid")
+    assert elsewhere[elsewhere.index("-f") + 1] == str(dockerfile_path(cu128, tmp_path / "src"))  # a rebuild's checkout's own
+    assert "--no-cache" in elsewhere and elsewhere[-1] == str(tmp_path / "src")
     assert f"TORCH={cu128.torch_minor}" in argv and argv[argv.index(f"TORCH={cu128.torch_minor}") - 1] == "--build-arg"
 
 
