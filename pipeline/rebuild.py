@@ -16,6 +16,7 @@ Exit 0 reproduced, 1 differs (or the image does not verify), 2 bad input, 4 the 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,15 @@ def moved(signed: frozenset[str], rebuilt: frozenset[str]) -> list[str]:
     return out + [f"-{n} {a[n]}" for n in sorted(a.keys() - b.keys())] + [f"+{n} {b[n]}" for n in sorted(b.keys() - a.keys())]
 
 
+def step(created_by: str) -> str:
+    """A layer's step in a few words: the lock file a Python layer installs, else the command's start."""
+    lock = re.search(r"/opt/proven-torch/lock/([\w.-]+\.txt)", created_by)
+    if lock:
+        return f"the Python layer of {lock.group(1)}"
+    command = re.sub(r"^RUN (\|\d+ (\S+=\S* )*)?(/bin/bash -o pipefail -c )?(started=\$\(date \+%s\) && )?", "", created_by)
+    return command[:80]
+
+
 def compare(pushed: Pushed, rebuilt: dict, steps: list[str], packages: frozenset[str]) -> list[str]:
     """What differs between the pushed image and the rebuilt one's config (`steps`: the step that made each
     layer; `packages`: the rebuilt image's package URLs): one line each; none when they are one image."""
@@ -136,7 +146,7 @@ def compare(pushed: Pushed, rebuilt: dict, steps: list[str], packages: frozenset
     lines = [f"layers: {len(theirs)} pushed, {len(ours)} rebuilt"] if len(ours) != len(theirs) else []
     for n, (a, b) in enumerate(zip(theirs, ours, strict=False), 1):
         if a != b:
-            lines.append(f"layer {n} differs ({a[:19]}… pushed, {b[:19]}… rebuilt): {steps[n - 1][:100]}")
+            lines.append(f"layer {n} differs ({a[:19]}… pushed, {b[:19]}… rebuilt): {step(steps[n - 1])}")
     if settings(pushed.config) != settings(rebuilt):
         lines.append("settings differ (labels, variables, how it starts): compare `docker inspect` of the two")
     changed = moved(pushed.packages, packages)

@@ -12,7 +12,12 @@ from pipeline.rebuild import Pushed, compare, moved, settings
 pytestmark = pytest.mark.unit
 
 LAYERS = ["sha256:" + c * 64 for c in "abc"]
-STEPS = ["ADD rootfs.tar /", "RUN apt-get install ...", "RUN pip install -r /mnt/lock-amd64.txt"]
+STEPS = [
+    "ADD rootfs.tar / # buildkit",
+    "RUN |1 SOURCE_DATE_EPOCH=1796523727 /bin/bash -o pipefail -c started=$(date +%s) && apt-get update # buildkit",
+    "RUN |1 SOURCE_DATE_EPOCH=1 /bin/bash -o pipefail -c pip install -r /mnt/lock-amd64.txt && cp /mnt/lock-amd64.txt "
+    "/opt/proven-torch/lock/4-packages.txt",
+]
 OWN_LABELS = {
     "org.opencontainers.image.revision": "1234567",
     "org.opencontainers.image.created": "2026-12-06T12:25:03Z",
@@ -67,7 +72,10 @@ def test_the_stamp_is_not_a_difference():
 def test_a_layer_that_differs_is_named_with_its_step_and_the_packages_that_moved():
     rebuilt = config(layers=[*LAYERS[:2], "sha256:" + "d" * 64], stamped=False)
     found = compare(pushed(), rebuilt, STEPS, frozenset({"pkg:pypi/tqdm@4.67.0", *SBOM - {"pkg:pypi/tqdm@4.67.1"}}))
-    assert found[0].startswith("layer 3 differs (sha256:cccccccccccc… pushed, sha256:dddddddddddd… rebuilt): RUN pip install")
+    assert (
+        found[0]
+        == "layer 3 differs (sha256:cccccccccccc… pushed, sha256:dddddddddddd… rebuilt): the Python layer of 4-packages.txt"
+    )
     assert found[-1] == "inputs moved: pypi/tqdm 4.67.1 -> 4.67.0"
     assert len(found) == 2
 
@@ -83,3 +91,11 @@ def test_moved_pairs_versions_by_package():
     signed = frozenset({"pkg:pypi/a@1", "pkg:pypi/b@2", "pkg:deb/debian/c@3?arch=amd64"})
     rebuilt = frozenset({"pkg:pypi/a@1", "pkg:pypi/b@2.1", "pkg:pypi/d@4"})
     assert moved(signed, rebuilt) == ["pypi/b 2 -> 2.1", "-deb/debian/c 3", "+pypi/d 4"]
+
+
+def test_a_step_is_said_in_a_few_words():
+    from pipeline.rebuild import step
+
+    assert step(STEPS[1]) == "apt-get update # buildkit"
+    assert step(STEPS[2]) == "the Python layer of 4-packages.txt"
+    assert step(STEPS[0]) == "ADD rootfs.tar / # buildkit"
