@@ -263,8 +263,9 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
     if args.command == "rebuild":
         from pipeline.rebuild import RebuildRequest, rebuild
 
-        asked = RebuildRequest(args.image_ref, tuple(args.key), args.ca_cert, args.source, args.timeout, args.verbose)
-        lines, status = rebuild(asked)
+        lines, status = rebuild(
+            RebuildRequest(args.image_ref, tuple(args.key), args.ca_cert, args.source, args.timeout, args.verbose)
+        )
         say(lines)
         return status
     if args.command == "report":

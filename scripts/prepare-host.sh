@@ -3,8 +3,8 @@
 # first and does nothing when its piece is already there.
 #
 #   1. Docker Engine (Debian's docker.io) running, with a BuildKit-capable CLI
-#   2. the base image named in images/variants.toml (pulled, or made with
-#      debootstrap on hosts that cannot reach a registry)
+#   2. the base image named in images/variants.toml (pulled, or made reproducibly with
+#      mmdebstrap on hosts that cannot reach a registry)
 #   3. the host virtual environment .venv (scripts/host-venv.sh)
 #   4. with --test-tools: a registry on 127.0.0.1:5000, OpenSSH client, Chromium, skopeo
 #   5. with --arm64: qemu user emulation registered with binfmt_misc (flag F, so
@@ -49,7 +49,7 @@ if (( TEST_TOOLS )); then
     have faketime || need_apt+=(faketime)  # a signer whose clock is wrong (tests/image/test_signed_proof.py)
     have rsync || need_apt+=(rsync)    # the workstation tests copy with rsync over SSH
 fi
-have debootstrap || need_apt+=(debootstrap)
+have mmdebstrap || need_apt+=(mmdebstrap)
 if (( ARM64 )); then
     have qemu-aarch64-static || need_apt+=(qemu-user-static)
     have update-binfmts || need_apt+=(binfmt-support)
@@ -87,9 +87,12 @@ bash scripts/host-venv.sh
 # --- 2. base image -----------------------------------------------------------
 BASE_SUITE=$(.venv/bin/python -c 'from pipeline.variants import load_matrix; print(load_matrix().base_suite)')
 
-# make_base IMAGE ARCH PLATFORM: pull IMAGE, or make it with debootstrap (minbase) for ARCH
-# and load it as a PLATFORM image (a one-line BuildKit build FROM scratch, so the image
-# says its architecture without the experimental `docker import --platform`).
+# make_base IMAGE ARCH PLATFORM: pull IMAGE, or make it with mmdebstrap (minbase) for ARCH and load it
+# as a PLATFORM image (a one-line BuildKit build FROM scratch, so the image says its architecture without
+# the experimental `docker import --platform`). Made reproducibly (docs/supply-chain.md, "Rebuild it
+# yourself"): SOURCE_DATE_EPOCH is the date of the suite's Release file on the mirror, to which mmdebstrap
+# sets every time, so two hosts that make it from the same state of the mirror get the same archive; the
+# image's config is then written again at that time (pipeline/rebuild_config.py): the same image ID.
 make_base() {
     local image=$1 arch=$2 platform=$3
     $DOCKER image inspect "$image" >/dev/null 2>&1 && return 0
@@ -97,23 +100,29 @@ make_base() {
         say "pulled $image"
         return 0
     fi
-    say "no registry reachable: making $image with debootstrap ($BASE_SUITE, $arch, minbase)"
-    local work
+    local mirror=http://deb.debian.org/debian released epoch work built id
+    released=$(curl -fsS --max-time 60 "$mirror/dists/$BASE_SUITE/Release" | sed -n 's/^Date: //p' | head -1)
+    epoch=$(date -u -d "$released" +%s 2>/dev/null) || die "cannot read the date of $mirror/dists/$BASE_SUITE/Release"
+    say "no registry reachable: making $image with mmdebstrap ($BASE_SUITE, $arch, minbase, as of the mirror's $released)"
     work=$(mktemp -d)
-    debootstrap --arch="$arch" --variant=minbase "$BASE_SUITE" "$work/rootfs" http://deb.debian.org/debian \
-        >"$LOG_DIR/debootstrap-$arch.log" 2>&1 || die "debootstrap ($arch) failed; see $LOG_DIR/debootstrap-$arch.log"
-    # Keep the image slim the way the official -slim images do.
-    rm -rf "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/lib/apt/lists/*
-    tar -C "$work/rootfs" -cf "$work/rootfs.tar" .
+    # Keep the image slim the way the official -slim images do: no package archives, no package lists.
+    # shellcheck disable=SC2016 # "$1" is mmdebstrap's: the hook's root folder
+    SOURCE_DATE_EPOCH=$epoch mmdebstrap --variant=minbase --mode=root --arch="$arch" \
+        --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
+        "$BASE_SUITE" "$work/rootfs.tar" "$mirror" >"$LOG_DIR/mmdebstrap-$arch.log" 2>&1 \
+        || die "mmdebstrap ($arch) failed; see $LOG_DIR/mmdebstrap-$arch.log"
     printf 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n' >"$work/Dockerfile"
     # Debian's 20.10 CLI (/usr/bin/docker) builds with BuildKit without the buildx plugin; a newer
     # CLI earlier on PATH may not.
     local cli=$DOCKER
     [[ -x /usr/bin/docker ]] && cli=/usr/bin/docker
-    DOCKER_BUILDKIT=1 $cli build -q --platform "$platform" -t "$image" "$work" >/dev/null \
-        || die "loading the $arch base as $image failed"
+    built=$(DOCKER_BUILDKIT=1 $cli build -q --platform "$platform" "$work") || die "loading the $arch base as $image failed"
+    id=$(.venv/bin/python -c 'import sys, docker; from pipeline.rebuild_config import normalise
+print(normalise(docker.from_env(), sys.argv[1], sys.argv[2]))' "$built" "$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)") \
+        || die "writing the $arch base's config again failed"
+    $DOCKER tag "$id" "$image" || die "tagging the $arch base as $image failed"
     rm -rf "$work"
-    say "made $image ($platform)"
+    say "made $image ($platform, ${id:7:12})"
 }
 make_base "$(.venv/bin/python build.py list --base-image linux/amd64)" amd64 linux/amd64
 

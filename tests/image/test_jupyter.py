@@ -41,9 +41,11 @@ def test_lab_url_is_the_address_the_host_opens(lab):
     url = out.strip()
     assert code == 0 and url == f"http://127.0.0.1:{published}/lab?token={jupyter.token}", out
     assert requests.get(url, timeout=30).status_code == 200  # the host opens it as it is
-    code, out = container.exec(["lab-url"])
-    first, note = out.strip().splitlines()
-    assert first == f"http://127.0.0.1:8888/lab?token={jupyter.token}" and "port 8888 inside the container" in note
+    # stdout and stderr read apart: Docker copies the two streams separately and may interleave them either way
+    code, out = container.exec(["sh", "-c", "lab-url 2>/dev/null"])
+    assert code == 0 and out.strip() == f"http://127.0.0.1:8888/lab?token={jupyter.token}", out
+    _, note = container.exec(["sh", "-c", "lab-url 2>&1 >/dev/null"])
+    assert "port 8888 inside the container" in note, note
     _, listed = container.exec(["jupyter", "server", "list"])
     assert "127.0.0.1" not in listed  # what the docs explain: the container's own name, not the host's address
 
