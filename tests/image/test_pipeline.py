@@ -350,18 +350,14 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
     _copy_context(tmp_path)
     with open(tmp_path / "smoke" / "__init__.py", "a") as f:
         f.write("\n# a one-line change\n")
+    from pipeline import build_image
+
     cli = find_build_cli()
     iid = tmp_path / "iid"
-    argv = [
-        *cli.argv,
-        "-f",
-        str(dockerfile_path(variant)),
-        "--build-arg",
-        f"TORCH={variant.torch_minor}",
-        "--iidfile",
-        str(iid),
-        str(tmp_path),
-    ]
+    argv = [*cli.argv, "-f", str(dockerfile_path(variant)), "--build-arg", f"TORCH={variant.torch_minor}", "--iidfile", str(iid)]
+    for key, value in build_image.build_args(variant, "a-one-line-change", "2026-01-01T00:00:00Z").items():
+        argv += ["--build-arg", f"{key}={value}"]  # the image's epochs: a build argument is part of every RUN's cache key
+    argv.append(str(tmp_path))
     ca = ca_cert()
     if ca:
         argv[len(cli.argv) : len(cli.argv)] = ["--secret", f"id=pip_ca,src={ca}"]
@@ -373,7 +369,7 @@ def test_changing_a_project_file_rebuilds_under_10_mb(docker, image, variant, tm
         first_changed = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), len(new))
         assert first_changed < len(new), "the change did not reach the image"
         history = list(reversed(docker.api.history(rebuilt)))  # oldest first
-        # The project's own files start with the COPY of container/ (the rendering layer before it is Debian's)
+        # The project's own files start with the copy of container/ (the rendering layer before it is Debian's)
         project_start = next(i for i, h in enumerate(history) if "/opt/proven-torch/container/" in h["CreatedBy"])
         project = history[project_start:]
         layer_steps = [h for h in project if h["CreatedBy"].lstrip().startswith(("COPY", "RUN", "WORKDIR", "/bin/bash"))]
