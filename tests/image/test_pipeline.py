@@ -337,11 +337,14 @@ def test_ctrl_c_during_build_py_matrix_exits_130_and_starts_no_further_line(dock
 
 
 def _copy_context(dest):
-    """A copy of the build context (the folders .dockerignore lets in), to change without touching the checkout."""
+    """A copy of the build context (the folders .dockerignore lets in) and the Dockerfiles, to change without
+    touching the checkout."""
     allowed = [line[1:].rstrip("/") for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")]
     for folder in allowed:
         shutil.copytree(REPO_ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / ".dockerignore", dest)
+    for dockerfile in REPO_ROOT.glob("Dockerfile.*"):  # a build of this context reads its own (build_image.build_command)
+        shutil.copy(dockerfile, dest)
     return dest
 
 
