@@ -17,8 +17,10 @@ repo=$($PY -c 'from pipeline.variants import load_matrix; print(load_matrix().na
 ids=()
 for run in 1 2; do
     docker builder prune -af >/dev/null
-    docker images --format '{{.Repository}}:{{.Tag}}' | { grep -E "^(localhost:[0-9]+/)?${repo}(-[a-z-]+)?:" || true; } | xargs -r docker rmi -f >/dev/null
-    docker image prune -f >/dev/null  # the untagged ones too; the base image is tagged and stays
+    # the line's images by name (an untagged one, <none>, by its ID), then the dangling ones; the base stays
+    docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | { grep -E "^(localhost:[0-9]+/)?${repo}(-[a-z-]+)?:" || true; } \
+        | awk '{ print ($1 ~ /:<none>$/) ? $2 : $1 }' | sort -u | xargs -r docker rmi -f >/dev/null
+    docker image prune -f >/dev/null
     started=$(date +%s)
     "$PY" build.py "${args[@]}" --report-dir "$out/$run" | sed "s/^/[build $run] /"
     id=$("$PY" -c 'import json, sys, glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/*/report.json")[0]))["validated_image_id"])' "$out/$run")
