@@ -18,7 +18,7 @@ ids=()
 for run in 1 2; do
     docker builder prune -af >/dev/null
     # the line's images by name (an untagged one, <none>, by its ID), then the dangling ones; the base stays
-    docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | { grep -E "^(localhost:[0-9]+/)?${repo}(-[a-z-]+)?:" || true; } \
+    docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | { grep -E "^(localhost:[0-9]+/)?${repo}(-[a-z-]+)?:" | grep -v '^proven-torch-reproduce:' || true; } \
         | awk '{ print ($1 ~ /:<none>$/) ? $2 : $1 }' | sort -u | xargs -r docker rmi -f >/dev/null
     docker image prune -f >/dev/null
     started=$(date +%s)
@@ -26,10 +26,15 @@ for run in 1 2; do
     id=$("$PY" -c 'import json, sys, glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/*/report.json")[0]))["validated_image_id"])' "$out/$run")
     echo "==> build $run: $id in $(($(date +%s) - started)) s, cold"
     ids+=("$id")
+    docker tag "$id" "proven-torch-reproduce:build-$run"  # kept to compare (BuildKit's cache is pruned, not this)
 done
 if [[ ${ids[0]} == "${ids[1]}" ]]; then
     echo "REPRODUCED: ${ids[0]}"
+    docker rmi proven-torch-reproduce:build-1 proven-torch-reproduce:build-2 >/dev/null
 else
-    echo "DIFFERS: ${ids[0]} then ${ids[1]} (compare the two images' layers: docs/supply-chain.md says how)"
+    echo "DIFFERS: ${ids[0]} then ${ids[1]}; the layers that differ (both images kept as proven-torch-reproduce:build-1 and -2):"
+    paste <(docker image inspect "${ids[0]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
+        <(docker image inspect "${ids[1]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
+        | awk '$1 != $2 { print "  layer " NR ": " substr($1, 8, 12) " then " substr($2, 8, 12) }'
     exit 1
 fi
