@@ -29,6 +29,7 @@ from pipeline.variants import AMD64, REPO_ROOT, arch, load_matrix
 
 REVISION = "org.opencontainers.image.revision"
 CREATED = "org.opencontainers.image.created"
+COMMIT = re.compile(r"[0-9a-f]{40}")  # what a signed revision must be before git sees it (no option, no "-dirty")
 EPOCH_LABELS = {
     rebuild_config.SYSTEM_EPOCH: "io.proven-torch.source-date-epoch",
     rebuild_config.FILES_EPOCH: "io.proven-torch.files-epoch",
@@ -77,7 +78,8 @@ class Pushed:
             raise UsageError(
                 f"{self.ref} has no {missing[0]} label: it was built before builds were reproducible, so it cannot be rebuilt"
             )
-        if not self.revision.startswith(got.get(REVISION, "?")) or self.revision.endswith("-dirty"):
+        label = str(got.get(REVISION) or "")
+        if not COMMIT.fullmatch(self.revision) or not label or not self.revision.startswith(label):
             raise UsageError(
                 f"{self.ref} was built from {got.get(REVISION)!r}, not a commit: a checkout with changes cannot be rebuilt"
             )
@@ -94,7 +96,7 @@ def read_pushed(request: RebuildRequest) -> Pushed:
     found = client.manifest(image["digest"])
     if found is None:
         raise UsageError(f"{ref}: the registry no longer has {image['digest'][:19]}…")
-    config = registry.as_dict(client.blob(registry.config_digest(found[0], str(ref)), registry.MAX_READ), f"{ref}'s config")
+    config = registry.as_dict(client.blob(registry.config_digest(found[0], str(ref))), f"{ref}'s config")
     provenance = image["provenance"]
     return Pushed(
         str(ref), provenance["line"], provenance["platform"], provenance["revision"], config, frozenset(image.get("packages", []))
@@ -139,9 +141,9 @@ def step(created_by: str) -> str:
     return command[:80]
 
 
-def compare(pushed: Pushed, rebuilt: dict, steps: list[str], packages: frozenset[str]) -> list[str]:
+def compare(pushed: Pushed, rebuilt: dict, steps: list[str]) -> list[str]:
     """What differs between the pushed image and the rebuilt one's config (`steps`: the step that made each
-    layer; `packages`: the rebuilt image's package URLs): one line each; none when they are one image."""
+    layer): one line each; none when they are one image."""
     ours, theirs = rebuilt["rootfs"]["diff_ids"], pushed.config.get("rootfs", {}).get("diff_ids", [])
     lines = [f"layers: {len(theirs)} pushed, {len(ours)} rebuilt"] if len(ours) != len(theirs) else []
     for n, (a, b) in enumerate(zip(theirs, ours, strict=False), 1):
@@ -149,10 +151,14 @@ def compare(pushed: Pushed, rebuilt: dict, steps: list[str], packages: frozenset
             lines.append(f"layer {n} differs ({a[:19]}… pushed, {b[:19]}… rebuilt): {step(steps[n - 1])}")
     if settings(pushed.config) != settings(rebuilt):
         lines.append("settings differ (labels, variables, how it starts): compare `docker inspect` of the two")
-    changed = moved(pushed.packages, packages)
-    if lines and changed:
-        lines.append("inputs moved: " + ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""))
     return lines
+
+
+def inputs_moved(signed: frozenset[str], rebuilt: frozenset[str]) -> list[str]:
+    """The line naming the packages that moved (at most eight, then a count), or none."""
+    changed = moved(signed, rebuilt)
+    more = f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""
+    return ["inputs moved: " + ", ".join(changed[:8]) + more] if changed else []
 
 
 def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
@@ -180,12 +186,12 @@ def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
     attrs = client.images.get(image_id).attrs
     config = json.loads(rebuild_config.config_bytes(attrs, client.api.history(image_id), args["CREATED"]))
     steps = [entry["created_by"] for entry in config["history"] if not entry.get("empty_layer")]
-    found = compare(pushed, config, steps, pushed.packages)
+    found = compare(pushed, config, steps)
     if not found:
         return [f"REPRODUCED: {pushed.ref} is {image_id} rebuilt from {pushed.revision[:12]} ({arch(pushed.platform)})"], 0
     # which packages moved: the rebuilt image's inventory against the signed SBOM
     bom = json.loads(sbom.build_sbom(sbom.read_inventory(client, image_id), "rebuild", image_id, matrix.base_suite))
-    found = compare(pushed, config, steps, frozenset(c["purl"] for c in bom.get("components", []) if c.get("purl")))
+    found += inputs_moved(pushed.packages, frozenset(c["purl"] for c in bom.get("components", []) if c.get("purl")))
     return [
         f"DIFFERS: {pushed.ref} and its rebuild {image_id[:19]} ({arch(pushed.platform)})",
         *(f"  {line}" for line in found),

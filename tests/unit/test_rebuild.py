@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import labels, rebuild_config
 from pipeline.errors import UsageError
-from pipeline.rebuild import Pushed, compare, moved, settings
+from pipeline.rebuild import Pushed, compare, inputs_moved, moved, settings
 
 pytestmark = pytest.mark.unit
 
@@ -62,16 +62,22 @@ def test_an_image_from_before_reproducible_builds_or_a_dirty_checkout_cannot_be_
         pushed(revision="1234567" + "0" * 33 + "-dirty").build_args()
     with pytest.raises(UsageError, match="not a commit"):  # the label and the signed revision disagree
         pushed(config=config(**{"org.opencontainers.image.revision": "7654321"})).build_args()
+    for revision in ("--upload-pack=touch x", "1234567"):  # an option for git, a short name: refused before git sees it
+        with pytest.raises(UsageError, match="not a commit"):
+            pushed(revision=revision).build_args()
+    with pytest.raises(UsageError, match="not a commit"):  # an empty label matches every revision: refused
+        pushed(config=config(**{"org.opencontainers.image.revision": ""})).build_args()
 
 
 def test_the_stamp_is_not_a_difference():
     assert settings(config()) == settings(config(stamped=False))
-    assert compare(pushed(), config(stamped=False), STEPS, SBOM) == []
+    assert compare(pushed(), config(stamped=False), STEPS) == []
 
 
 def test_a_layer_that_differs_is_named_with_its_step_and_the_packages_that_moved():
     rebuilt = config(layers=[*LAYERS[:2], "sha256:" + "d" * 64], stamped=False)
-    found = compare(pushed(), rebuilt, STEPS, frozenset({"pkg:pypi/tqdm@4.67.0", *SBOM - {"pkg:pypi/tqdm@4.67.1"}}))
+    bumped = frozenset({"pkg:pypi/tqdm@4.67.0", *SBOM - {"pkg:pypi/tqdm@4.67.1"}})
+    found = compare(pushed(), rebuilt, STEPS) + inputs_moved(SBOM, bumped)
     assert (
         found[0]
         == "layer 3 differs (sha256:cccccccccccc… pushed, sha256:dddddddddddd… rebuilt): the Python layer of 4-packages.txt"
@@ -82,7 +88,7 @@ def test_a_layer_that_differs_is_named_with_its_step_and_the_packages_that_moved
 
 def test_settings_that_differ_are_said_and_a_missing_layer_counted():
     rebuilt = config(layers=LAYERS[:2], stamped=False, **{"io.proven-torch.variant": "other"})
-    found = compare(pushed(), rebuilt, STEPS, SBOM)
+    found = compare(pushed(), rebuilt, STEPS)
     assert found[0] == "layers: 3 pushed, 2 rebuilt"
     assert any(line.startswith("settings differ") for line in found)
 
@@ -99,3 +105,7 @@ def test_a_step_is_said_in_a_few_words():
     assert step(STEPS[1]) == "apt-get update # buildkit"
     assert step(STEPS[2]) == "the Python layer of 4-packages.txt"
     assert step(STEPS[0]) == "ADD rootfs.tar / # buildkit"
+
+
+def test_no_package_moved_is_no_line():
+    assert inputs_moved(SBOM, SBOM) == []
