@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
-from pipeline.variants import REPO_ROOT, Matrix, Variant, arch, cuda_tag
+from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch, cuda_tag
 
 TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.template"
 FLAVOR_TEMPLATE_PATH = REPO_ROOT / "images" / "Dockerfile.flavor.template"  # a flavor: FROM its base image, one layer more
@@ -117,8 +117,8 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             "# The layers together must be a consistent set. What is installed becomes the\n"
             "# image's pip constraint: `pip install x` cannot replace torch or its CUDA\n"
             "# libraries (on purpose: `PIP_CONSTRAINT= pip install ...`, docs/using-the-image.md).\n"
-            + "RUN --mount=type=bind,source=container/pip_check.py,target=/mnt/pip_check.py --mount=type=tmpfs,target=/tmp "
-            + f"{START}cp /mnt/pip_check.py /opt/proven-torch/lock/ \\\n && {pip_check(variant)}"
+            + f"RUN --mount=type=bind,source=container/pip_check.py,target={PIP_CHECK_TARGET} --mount=type=tmpfs,target=/tmp "
+            + f"{START}cp {PIP_CHECK_TARGET} /opt/proven-torch/lock/ \\\n && {pip_check(variant)}"
             + f" \\\n && pip freeze > /opt/proven-torch/constraints.txt{CLAMP}\n"
             "ENV PIP_CONSTRAINT=/opt/proven-torch/constraints.txt"
         )
@@ -146,15 +146,26 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
     )
 
 
+def lock_target(architecture: str) -> str:
+    """Where a pip RUN reads its lock file for `architecture` (amd64, arm64, or BuildKit's ${TARGETARCH})."""
+    return f"/mnt/lock-{architecture}.txt"
+
+
+PIP_CHECK_TARGET = "/mnt/pip_check.py"
+# The files the RUNs mount a file on, made empty with the user so a mount changes no folder (the template's
+# {{MOUNT_TARGETS}}): the proxy CA's secret, each architecture's lock file, pip_check.py.
+MOUNT_TARGETS = ("/run/secrets/pip_ca", *(lock_target(arch(p)) for p in PLATFORMS), PIP_CHECK_TARGET)
+
+
 def lock_mount(variant: Variant, file: str) -> tuple[tuple[str, ...], str]:
     """(the mounts of one lock file for its pip RUN, the path the RUN reads it at). Each file is mounted on
     its own, so a change to one lock rebuilds its layer and those above, not the layers below; a multi-arch
     line mounts each architecture's and reads the one BuildKit's TARGETARCH names (BuildKit 0.8 does not
     expand arguments in a mount's source). The targets exist in the image (Dockerfile.template says why)."""
     rel = lock_dir(variant).relative_to(REPO_ROOT)
-    archs = [arch(p) for p in variant.platforms] if variant.multi_arch else ["amd64"]
-    mounts = tuple(f"--mount=type=bind,source={rel.parent / a / file},target=/mnt/lock-{a}.txt" for a in archs)
-    return mounts, "/mnt/lock-${TARGETARCH}.txt" if variant.multi_arch else "/mnt/lock-amd64.txt"
+    archs = [arch(p) for p in variant.platforms] if variant.multi_arch else [arch(AMD64)]
+    mounts = tuple(f"--mount=type=bind,source={rel.parent / a / file},target={lock_target(a)}" for a in archs)
+    return mounts, lock_target("${TARGETARCH}" if variant.multi_arch else arch(AMD64))
 
 
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -224,6 +235,7 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "START": START,
         "CLAMP": CLAMP,
         "APT_CLEAN": APT_CLEAN,
+        "MOUNT_TARGETS": " ".join(MOUNT_TARGETS),
     }
     if variant.flavored:
         values.update(
