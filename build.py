@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from common import cli
 from common.deadlines import DEADLINES
 from common.rules import MAX_SLOWDOWN
 from common.rules import STALE_AFTER_DAYS as DEFAULT_MAX_AGE  # verify --max-age: the age at which advisory data is stale
@@ -45,20 +46,13 @@ GLOBAL_FLAGS = {"--matrix": True, "--debug": False}  # flag: takes a value
 LOCK_CHECK_TAKES_NO = ("cuda", "torch", "flavor")
 
 
-class _Parser(argparse.ArgumentParser):
-    """One line and exit 2 for every bad input."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
 def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     """The parser, and the flags of each command as they were added (refuse_extra names the command a stray flag is of)."""
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = _Parser(prog="build.py", description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=fmt)
+    parser = cli.OneLineParser(prog="build.py", description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=fmt)
     parser.add_argument("--matrix", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--debug", action="store_true", help=HELP["--debug"])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cli.OneLineParser)
     cmds = {
         n: sub.add_parser(n, help=t, description=f"build.py {n}: {t}", epilog=EPILOG, formatter_class=fmt)
         for n, t in COMMANDS.items()
@@ -131,15 +125,30 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     return parser, flags
 
 
-def refuse_extra(parser: argparse.ArgumentParser, flags: dict[str, list[str]], command: str, extra: list[str]) -> NoReturn:
+def refuse_extra(flags: dict[str, list[str]], command: str, extra: list[str]) -> NoReturn:
     """Arguments the command does not take: a flag of another command names the command that takes it."""
     for arg in extra:
         flag = arg.split("=", 1)[0]
         takes = [name for name, options in flags.items() if flag in options and name != command]
         if takes:
             which = " and ".join(f"`build.py {name}`" for name in takes)
-            parser.exit(2, f"build.py {command}: {flag} is a flag of {which}, not of `{command}` (see --help)\n")
-    parser.exit(2, f"build.py {command}: unrecognized arguments: {' '.join(extra)} (see --help)\n")
+            raise UsageError(f"{flag} is a flag of {which}, not of `{command}`", f"build.py {command}")
+    raise UsageError(f"unrecognized arguments: {' '.join(extra)}", f"build.py {command}")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line as a Namespace; UsageError (with the command it is about) for any bad input."""
+    parser, flags = make_parser()
+    try:
+        words = _with_command(argv)
+    except UnknownCommand as err:
+        raise UsageError(f"{str(err)[:80]!r} is no command; the commands: {', '.join(COMMANDS)}", "build.py") from None
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        refuse_extra(flags, args.command, extra)
+    if args.command == "lock" and args.check and any(getattr(args, name) is not None for name in LOCK_CHECK_TAKES_NO):
+        raise UsageError("--check checks every line's lock; it takes no --cuda, --torch or --flavor", "build.py lock")
+    return args
 
 
 def _with_command(argv: list[str]) -> list[str]:
@@ -291,16 +300,11 @@ def say(lines: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, flags = make_parser()
     try:
-        words = _with_command(sys.argv[1:] if argv is None else list(argv))
-    except UnknownCommand as err:
-        parser.exit(2, f"build.py: {str(err)[:80]!r} is no command; the commands: {', '.join(COMMANDS)} (see --help)\n")
-    args, extra = parser.parse_known_args(words)
-    if extra:
-        refuse_extra(parser, flags, args.command, extra)
-    if args.command == "lock" and args.check and any(getattr(args, name) is not None for name in LOCK_CHECK_TAKES_NO):
-        parser.exit(2, "build.py lock: --check checks every line's lock; it takes no --cuda, --torch or --flavor (see --help)\n")
+        args = parse(sys.argv[1:] if argv is None else list(argv))
+    except cli.UsageError as err:
+        print(f"{err.command or 'build.py'}: {err} (see --help)", file=sys.stderr)
+        return err.exit_code
     try:
         return dispatch(load_matrix(args.matrix), args)
     except PipelineError as err:

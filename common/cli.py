@@ -13,7 +13,7 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check or a gate failed, or something unexpected went wrong
@@ -29,17 +29,22 @@ class CommandError(Exception):
 
 class UsageError(CommandError):
     """Bad command-line input; main() prints it as one line and exits EXIT_USAGE. The host's
-    pipeline.errors.UsageError is this error, typed as a pipeline error too."""
+    pipeline.errors.UsageError is this error, typed as a pipeline error too. `command` is the
+    (sub)command whose arguments were wrong, where the parser knows it ("build.py list")."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, command: str = "") -> None:
+        super().__init__(message)
+        self.command = command
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument raises UsageError, for main() to print as one line
     (argparse would print the usage block too, and exit by itself)."""
 
-    def error(self, message: str):
-        raise UsageError(message)
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:

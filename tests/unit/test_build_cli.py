@@ -294,10 +294,9 @@ def test_a_line_whose_packages_skip_a_release_says_why_in_a_footnote(matrix):
 
 
 def test_an_unknown_command_says_so_and_lists_the_commands(capsys):
-    with pytest.raises(SystemExit) as stopped:
-        build.main(["frobnicate", "--json"])
+    status = build.main(["frobnicate", "--json"])
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and err.count("\n") == 1
+    assert status == 2 and err.count("\n") == 1
     assert "'frobnicate' is no command" in err and all(name in err for name in build.COMMANDS)
 
 
