@@ -55,12 +55,20 @@ class BuildResult:
 SOURCE = "https://github.com/proven-torch/proven-torch"  # the image's source label; provenance's builder
 
 
-def build_args(variant: Variant, revision: str, started: str) -> dict[str, str]:
-    """The build arguments of one variant's build: its labels' source, revision and created time, and the
-    epochs that make it reproducible (rebuild_config.epochs): created is then its newest input's time,
-    else (no git) when the run `started`."""
-    epochs = rebuild_config.epochs(variant)
+def build_args(variant: Variant, revision: str, started: str, root: Path = REPO_ROOT) -> dict[str, str]:
+    """The build arguments of one variant's build from the checkout at `root`: its labels' source, revision
+    and created time, and the epochs that make it reproducible (rebuild_config.epochs): created is then its
+    newest input's time, else (no git) when the run `started`."""
+    epochs = rebuild_config.epochs(variant, root)
     return {"SOURCE": SOURCE, "REVISION": revision, "CREATED": rebuild_config.created(epochs) or started, **epochs}
+
+
+def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
+    """A local name for a just-built base image, for the flavor's `FROM` (BuildKit resolves names, not IDs).
+    It names a build, not a validated image: it is never pushed."""
+    ref, tag = f"{repo}-base-build", base
+    client.images.get(image_id).tag(ref, tag)
+    return f"{ref}:{tag}"
 
 
 def build_command(cli: BuildCli, build: Build, iidfile: Path) -> list[str]:

@@ -36,14 +36,6 @@ def git_revision(root: Path = REPO_ROOT) -> str:
     return f"{rev.stdout.strip()}-dirty" if dirty.stdout.strip() else rev.stdout.strip()
 
 
-def base_build_ref(client, repo: str, base: str, image_id: str) -> str:
-    """A local name for a just-built base image, for the flavor's `FROM` (BuildKit resolves names, not IDs).
-    It names a build, not a validated image: it is never pushed."""
-    ref, tag = f"{repo}-base-build", base
-    client.images.get(image_id).tag(ref, tag)
-    return f"{ref}:{tag}"
-
-
 @dataclass(frozen=True)
 class Run:
     """What one `build.py build` run fixed when it started, the same for each of its platforms."""
@@ -66,7 +58,7 @@ def build_and_validate(client, cli, config: Request, run: Run, platform: str, ru
         base = config.matrix.by_name(variant.base_name)
         print(f"==> building the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
         of_base = build_image.Build(base, run_dir / "base", args_of(base), platform, config.ca_cert, config.verbose)
-        args["BASE_IMAGE"] = base_build_ref(
+        args["BASE_IMAGE"] = build_image.base_build_ref(
             client, config.repo, base.name, build_image.build_image(client, cli, config.matrix, of_base).image_id
         )
     build = build_image.Build(variant, run_dir, args, platform, config.ca_cert, config.verbose)

@@ -25,8 +25,9 @@ from common.deadlines import DEADLINES
 from pipeline import build_image, docker_env, hostprocs, labels, rebuild_config, registry, verify
 from pipeline.errors import UsageError
 from pipeline.validation import sbom
-from pipeline.variants import AMD64, REPO_ROOT, arch, load_matrix
+from pipeline.variants import AMD64, REPO_ROOT, Variant, arch, load_matrix
 
+REBUILD_REPO = "proven-torch-rebuild"  # a flavor's rebuilt base is tagged proven-torch-rebuild-base-build:LINE for its FROM
 REVISION = "org.opencontainers.image.revision"
 CREATED = "org.opencontainers.image.created"
 COMMIT = re.compile(r"[0-9a-f]{40}")  # what a signed revision must be before git sees it (no option, no "-dirty")
@@ -175,11 +176,20 @@ def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
         try:
             matrix = load_matrix(root / "images" / "variants.toml")
             variant = matrix.by_name(pushed.line)
-            if variant.flavored:
-                raise UsageError(f"{pushed.line} is a flavor: rebuilding a flavor (its base first) is not done yet")
             args["OS_IMAGE"] = matrix.base_image_for(pushed.platform)
-            build = build_image.Build(variant, work / "out", args, pushed.platform, request.ca_cert, request.verbose, root, True)
-            image_id = build_image.build_image(client, cli, matrix, build).image_id
+
+            def built(of: Variant, build_args: dict[str, str], out: str) -> str:
+                asked = build_image.Build(
+                    of, work / out, build_args, pushed.platform, request.ca_cert, request.verbose, root, True
+                )
+                return build_image.build_image(client, cli, matrix, asked).image_id
+
+            if variant.flavored:  # as the build did: the base line, with its own epochs at the revision, then the flavor on it
+                base = matrix.by_name(variant.base_name)
+                print(f"==> rebuilding the base image {base.name} first (the {variant.flavor} flavor starts FROM it)", flush=True)
+                of_base = {**build_image.build_args(base, args["REVISION"], args["CREATED"], root), "OS_IMAGE": args["OS_IMAGE"]}
+                args["BASE_IMAGE"] = build_image.base_build_ref(client, REBUILD_REPO, base.name, built(base, of_base, "base"))
+            image_id = built(variant, args, "out")
         finally:
             if request.source is None:
                 hostprocs.run_host(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(root)], "git")

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import tarfile
+from pathlib import Path
 
 from pipeline import hostprocs
 from pipeline.errors import BuildFailed
@@ -32,18 +33,19 @@ _LAYER_INSTRUCTIONS = ("RUN ", "COPY ", "ADD ")  # history entries that make a l
 _MAYBE_LAYER = "WORKDIR "  # BuildKit makes a layer for it (of folders only), or none
 
 
-def _commit_time(paths: list[str]) -> int | None:
-    done = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct", "--", *paths], "git")
+def _commit_time(paths: list[str], root: Path) -> int | None:
+    done = hostprocs.run_host(["git", "-C", str(root), "log", "-1", "--format=%ct", "--", *paths], "git")
     out = done.stdout.strip() if done.returncode == 0 else ""
     return int(out) if out.isdigit() else None
 
 
-def epochs(variant: Variant) -> dict[str, str]:
-    """The build's epochs as build arguments, or {} outside a git checkout (the build is then not
+def epochs(variant: Variant, root: Path = REPO_ROOT) -> dict[str, str]:
+    """The build's epochs as build arguments, from the history of the checkout at `root` (a rebuild's
+    worktree of an older revision, too), or {} outside a git checkout (the build is then not
     reproducible, and says so). A line without a lock takes images/variants.toml's time."""
     locks = str(lock_dir(variant).parent.relative_to(REPO_ROOT))
-    system = _commit_time([locks]) or _commit_time(["images/variants.toml"])
-    files = _commit_time(list(FILES))
+    system = _commit_time([locks], root) or _commit_time(["images/variants.toml"], root)
+    files = _commit_time(list(FILES), root)
     if system is None or files is None:
         return {}
     return {SYSTEM_EPOCH: str(system), FILES_EPOCH: str(files)}
