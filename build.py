@@ -86,6 +86,7 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
     add("keygen", "--encrypt", action="store_true")
     add("verify rebuild", "image_ref", metavar="IMAGE_REF")
     add("rebuild", "--source", type=Path, metavar="DIR")
+    add("rebuild", "--out", type=Path, default=Path("rebuild-report"), metavar="DIR")
     add("sign withdraw attach", "signed_ref", metavar="IMAGE@DIGEST")
     add("verify diff rebuild", "--key", type=Path, required=True, action="append", metavar="PUBKEY")
     add("verify sign", "--require-gpu", action="store_true")
@@ -273,7 +274,7 @@ def dispatch(matrix: Matrix, args: argparse.Namespace) -> int:
         from pipeline.rebuild import RebuildRequest, rebuild
 
         lines, status = rebuild(
-            RebuildRequest(args.image_ref, tuple(args.key), args.ca_cert, args.source, args.timeout, args.verbose)
+            RebuildRequest(args.image_ref, tuple(args.key), args.ca_cert, args.source, args.timeout, args.verbose, args.out)
         )
         say(lines)
         return status

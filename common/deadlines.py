@@ -40,6 +40,8 @@ DEADLINES: dict[str, float] = {
     "git": 10,
     "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
     # and its waits on the network (pipeline.registry, pipeline.here)
+    "layer read": 3600,  # build.py rebuild: the pushed layers that differ, read to name their files
+    "diffoscope": 600,  # build.py rebuild: diffoscope's report on the files that differ
     "verify": 30,  # everything one registry command asks of registries (--timeout)
     "index probe": 5,  # `build.py list --here`: one wheel index asked whether it answers
     "registry request": 30,  # one registry request, to connect or to send its next bytes

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.deadlines import DEADLINES
-from pipeline import build_image, docker_env, hostprocs, labels, rebuild_config, registry, verify
+from pipeline import build_image, docker_env, hostprocs, labels, rebuild_config, rebuild_files, registry, verify
 from pipeline.errors import UsageError
 from pipeline.validation import sbom
 from pipeline.variants import AMD64, REPO_ROOT, Variant, arch, load_matrix
 
+MAX_LAYERS = 3  # differing layers whose files are named (each is read from the registry and from `docker save`)
 REBUILD_REPO = "proven-torch-rebuild"  # a flavor's rebuilt base is tagged proven-torch-rebuild-base-build:LINE for its FROM
 REVISION = "org.opencontainers.image.revision"
 CREATED = "org.opencontainers.image.created"
@@ -59,18 +60,20 @@ class RebuildRequest:
     source: Path | None = None  # a checkout to build instead of a worktree of the signed revision
     timeout: float = DEADLINES["verify"]
     verbose: bool = False
+    out: Path = Path("rebuild-report")  # where a rebuild that differs writes the files that differ
 
 
 @dataclass(frozen=True)
 class Pushed:
     """What the signed image says a rebuild needs, and what it is compared with."""
 
-    ref: str
+    ref: registry.ImageRef  # by digest: the verified image
     line: str
     platform: str
     revision: str  # the full commit, from the signed provenance
     config: dict  # the pushed image's config (the stamped image)
     packages: frozenset[str]  # the signed SBOM's package URLs
+    layers: tuple[dict, ...] = ()  # the pushed manifest's layer descriptors, in the config's order
 
     def build_args(self) -> dict[str, str]:
         got = self.config.get("config", {}).get("Labels") or {}
@@ -98,9 +101,16 @@ def read_pushed(request: RebuildRequest) -> Pushed:
     if found is None:
         raise UsageError(f"{ref}: the registry no longer has {image['digest'][:19]}…")
     config = registry.as_dict(client.blob(registry.config_digest(found[0], str(ref))), f"{ref}'s config")
+    layers = registry.as_dict(found[0], f"{ref}'s manifest").get("layers")
     provenance = image["provenance"]
     return Pushed(
-        str(ref), provenance["line"], provenance["platform"], provenance["revision"], config, frozenset(image.get("packages", []))
+        registry.ImageRef(ref.host, ref.repo, image["digest"]),
+        provenance["line"],
+        provenance["platform"],
+        provenance["revision"],
+        config,
+        frozenset(image.get("packages", [])),
+        tuple(layer for layer in layers if isinstance(layer, dict)) if isinstance(layers, list) else (),
     )
 
 
@@ -155,6 +165,27 @@ def compare(pushed: Pushed, rebuilt: dict, steps: list[str]) -> list[str]:
     return lines
 
 
+def files_differing(pushed: Pushed, docker, image_id: str, rebuilt: list[str], out: Path) -> list[str]:
+    """For each of the first MAX_LAYERS layers that differ (in a rebuild with as many layers as the pushed
+    image), the files that differ in it and diffoscope's report (pipeline/rebuild_files.py), under `out`."""
+    theirs = pushed.config.get("rootfs", {}).get("diff_ids", [])
+    if len(theirs) != len(rebuilt) or len(pushed.layers) != len(theirs):
+        return []
+    pairs = [
+        rebuild_files.Pair(n, layer, a, b)
+        for n, (layer, a, b) in enumerate(zip(pushed.layers, theirs, rebuilt, strict=True), 1)
+        if a != b
+    ]
+    size = sum(int(p.layer.get("size") or 0) for p in pairs[:MAX_LAYERS])
+    reader = registry.Registry(pushed.ref, registry.Deadline(DEADLINES["layer read"], budget=size))
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for pair in pairs[:MAX_LAYERS]:
+        print(f"==> reading layer {pair.n} of both images to name the files that differ (into {out})", flush=True)
+        lines += [f"in layer {pair.n}:", *rebuild_files.layer_report(reader, docker, image_id, pair, out)]
+    return lines
+
+
 def inputs_moved(signed: frozenset[str], rebuilt: frozenset[str]) -> list[str]:
     """The line naming the packages that moved (at most eight, then a count), or none."""
     changed = moved(signed, rebuilt)
@@ -199,6 +230,7 @@ def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
     found = compare(pushed, config, steps)
     if not found:
         return [f"REPRODUCED: {pushed.ref} is {image_id} rebuilt from {pushed.revision[:12]} ({arch(pushed.platform)})"], 0
+    found += files_differing(pushed, client, image_id, config["rootfs"]["diff_ids"], request.out)
     # which packages moved: the rebuilt image's inventory against the signed SBOM
     bom = json.loads(sbom.build_sbom(sbom.read_inventory(client, image_id), "rebuild", image_id, matrix.base_suite))
     found += inputs_moved(pushed.packages, frozenset(c["purl"] for c in bom.get("components", []) if c.get("purl")))

@@ -46,6 +46,7 @@ if (( TEST_TOOLS )); then
     have Xvfb || need_apt+=(xvfb)        # the client's display of the ssh -X test (tests/image/test_desktop.py)
     have xwininfo || need_apt+=(x11-utils)   # and what it reads that display with
     have skopeo || need_apt+=(skopeo)  # zstd pushes (build.py --compression) and their tests
+    have zstd || need_apt+=(zstd)      # build.py rebuild reads a zstd layer that differs (tests/unit/test_rebuild_files.py)
     have faketime || need_apt+=(faketime)  # a signer whose clock is wrong (tests/image/test_signed_proof.py)
     have rsync || need_apt+=(rsync)    # the workstation tests copy with rsync over SSH
 fi

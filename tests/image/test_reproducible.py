@@ -8,6 +8,7 @@ another second, after the context's files were touched. The whole default image 
 from __future__ import annotations
 
 import calendar
+import json
 import os
 import shutil
 import subprocess
@@ -15,11 +16,11 @@ import time
 
 import pytest
 
-from pipeline import rebuild_config
+from pipeline import rebuild_config, rebuild_files, registry
 from pipeline.docker_env import find_build_cli
 from pipeline.render import CLAMP, START
 from pipeline.variants import REPO_ROOT, load_matrix
-from tests.image.conftest import TEST_LABELS
+from tests.image.conftest import REGISTRY, TEST_LABELS
 
 pytestmark = pytest.mark.image
 
@@ -109,3 +110,25 @@ def test_a_changed_file_or_epoch_is_another_image(docker, context):
     assert layers[0][:-1] == layers[1][:-1] and layers[0][-1] != layers[1][-1]  # only the files' layer differs
     _, later = build(docker, context, epochs=(SYSTEM, FILES + 1))
     assert later not in (same, edited)
+
+
+def test_a_layer_that_differs_names_its_files_from_the_registry_and_docker_save(docker, context, tmp_path):
+    """What `build.py rebuild` does when a layer differs (pipeline/rebuild_files.py), on real sides: one
+    image pushed to the registry on 127.0.0.1 and read back by its layer's digest, the other read from
+    `docker save`; the file edited between the builds is named, copied out and compared by diffoscope."""
+    _, pushed_id = build(docker, context)
+    repo = f"{REGISTRY}/proven-torch-test-rebuild-files"
+    docker.images.get(pushed_id).tag(repo, "pushed")
+    docker.images.push(repo, "pushed")
+    (context / "app" / "a.txt").write_text("the project's file, edited\n")
+    _, rebuilt_id = build(docker, context)
+    client = registry.Registry(registry.parse_ref(f"{repo}:pushed"), registry.Deadline(60, budget=64 << 20))
+    manifest = json.loads(client.manifest("pushed")[0])
+    theirs, ours = (docker.images.get(i).attrs["RootFS"]["Layers"] for i in (pushed_id, rebuilt_id))
+    n = len(theirs)  # the files' layer, the last
+    pair = rebuild_files.Pair(n, manifest["layers"][n - 1], theirs[n - 1], ours[n - 1])
+    lines = rebuild_files.layer_report(client, docker, rebuilt_id, pair, tmp_path)
+    assert lines[0].strip() == "/opt/app/files/a.txt: content, 19 vs 27 bytes", lines
+    assert (tmp_path / f"layer-{n}" / "rebuilt" / "opt/app/files/a.txt").read_text() == "the project's file, edited\n"
+    assert (tmp_path / f"layer-{n}" / "pushed" / "opt/app/files/a.txt").read_text() == "the project's file\n"
+    assert "edited" in (tmp_path / f"layer-{n}.diffoscope.txt").read_text()

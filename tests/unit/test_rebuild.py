@@ -8,6 +8,7 @@ import pytest
 from pipeline import labels, rebuild_config
 from pipeline.errors import UsageError
 from pipeline.rebuild import Pushed, compare, inputs_moved, moved, settings
+from pipeline.registry import ImageRef
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +44,7 @@ def config(layers=LAYERS, stamped=True, **own) -> dict:
 
 
 def pushed(**kwargs) -> Pushed:
-    fields = {"ref": "127.0.0.1:5000/p:t", "line": "x-cu128", "platform": "linux/amd64", "revision": "1234567" + "0" * 33}
+    fields = {"ref": ImageRef("127.0.0.1:5000", "p", "t"), "line": "x-cu128", "platform": "linux/amd64", "revision": "1234567" + "0" * 33}
     return Pushed(**{**fields, "config": config(), "packages": SBOM, **kwargs})
 
 
