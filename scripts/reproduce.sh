@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+REGISTRY_ADDR=${REGISTRY_ADDR:-127.0.0.1:5000}
 args=()
 [[ -n ${CUDA:-} ]] && args+=(--cuda "$CUDA")
 [[ -n ${CA_CERT:-} ]] && args+=(--ca-cert "$CA_CERT")
@@ -36,5 +37,30 @@ else
     paste <(docker image inspect "${ids[0]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
         <(docker image inspect "${ids[1]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
         | awk '$1 != $2 { print "  layer " NR ": " substr($1, 8, 12) " then " substr($2, 8, 12) }'
+    # The files behind each such layer, as `build.py rebuild` names them (pipeline/rebuild_files.py): build 1
+    # goes to the registry on 127.0.0.1 (scripts/prepare-host.sh --test-tools starts it), build 2 is read
+    # from `docker save`; the paths, both sides' files and diffoscope's report go to ./reproduce-report.
+    if curl -fsS --max-time 5 "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+        docker tag "${ids[0]}" "$REGISTRY_ADDR/proven-torch-reproduce:build-1"
+        docker push -q "$REGISTRY_ADDR/proven-torch-reproduce:build-1" >/dev/null
+        "$PY" - "$REGISTRY_ADDR/proven-torch-reproduce:build-1" "${ids[0]}" "${ids[1]}" <<'PY'
+import json, sys
+from pathlib import Path
+import docker
+from pipeline import rebuild_files, registry
+ref, first, second = sys.argv[1:]
+engine, out = docker.from_env(), Path("reproduce-report")
+theirs, ours = (engine.images.get(i).attrs["RootFS"]["Layers"] for i in (first, second))
+client = registry.Registry(registry.parse_ref(ref), registry.Deadline(3600, budget=64 << 30))
+layers = json.loads(client.manifest("build-1")[0])["layers"]
+out.mkdir(exist_ok=True)
+for n, (layer, a, b) in enumerate(zip(layers, theirs, ours, strict=True), 1):
+    if a != b:
+        print(f"  in layer {n} (build 1, then build 2):")
+        print("\n".join(rebuild_files.layer_report(client, engine, second, rebuild_files.Pair(n, layer, a, b), out)))
+PY
+    else
+        echo "  (no registry on $REGISTRY_ADDR to name the files: run scripts/prepare-host.sh --test-tools, then this again)"
+    fi
     exit 1
 fi
