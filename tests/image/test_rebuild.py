@@ -1,6 +1,7 @@
 """`build.py rebuild` of the session's pushed, signed default image (conftest's pipeline run), cold, in a
 worktree of this clone: it gives the same image; and built from a copy whose lock has one package bumped,
-it differs and names that package. Each rebuild is a whole cold build (minutes): weekly (make lines)."""
+it differs and names that package and its files; the rlhf flavor, pushed and signed, rebuilds (its base
+first) to itself. Each rebuild is a whole cold build (minutes): weekly (make lines)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import sys
 
 import pytest
 
+from pipeline.attest import KeySource
+from pipeline.line import run
 from pipeline.lock import lock_dir
-from pipeline.variants import REPO_ROOT
-from tests.image.conftest import ca_cert
+from pipeline.request import Request
+from pipeline.variants import REPO_ROOT, resolve
+from tests.image.conftest import REGISTRY, ca_cert
 
 pytestmark = [pytest.mark.image, pytest.mark.lines]
 
@@ -66,10 +70,40 @@ def test_a_package_bumped_in_a_copy_of_the_lock_is_named(signed, sign_keys, vari
         block = re.search(r"^tqdm==(?P<version>\S+) \\\n(?:    --hash=\S+(?: \\)?\n)+", text, re.M)
         older, sha = older_wheel("tqdm", block["version"], tmp_path)
         lock.write_text(text.replace(block.group(0), f"tqdm=={older} \\\n    --hash=sha256:{sha}\n"))
-        done = rebuild(signed, sign_keys["public"], "--source", str(copy))
+        done = rebuild(signed, sign_keys["public"], "--source", str(copy), "--out", str(tmp_path / "report"))
     finally:
         subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(copy)], capture_output=True)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     out = done.stdout
     assert "DIFFERS: " in out and "4-packages.txt" in out  # the layer of the lock that changed, and the ones above
     assert f"inputs moved: pypi/tqdm {block['version']} -> {older}" in out
+    listed = "".join(path.read_text() for path in (tmp_path / "report").glob("layer-*.txt"))  # the files, by name
+    assert f"site-packages/tqdm-{older}.dist-info/METADATA: only in the rebuilt layer" in listed, out
+    assert f"site-packages/tqdm-{block['version']}.dist-info/METADATA: only in the pushed layer" in listed, out
+
+
+@pytest.fixture(scope="module")
+def signed_flavor(docker, matrix, pipeline_run, sign_keys, tmp_path_factory) -> str:
+    """The rlhf flavor built on the session's base, validated, pushed and signed with the session's key."""
+    if pipeline_run is None:
+        pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
+    config = Request(
+        matrix=matrix,
+        variant=resolve(matrix, matrix.default_cuda, flavor="rlhf"),
+        push=True,
+        registry=REGISTRY,
+        repo="proven-torch-test-rebuild",
+        ca_cert=ca_cert(),
+        allow_cpu_validation=True,
+        report_dir=tmp_path_factory.mktemp("rebuild-flavor-reports"),
+        sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]),
+    )
+    ref, digest = next(iter(run(config).pushed.items()))
+    return f"{ref.rsplit(':', 1)[0]}@{digest}"
+
+
+def test_a_pushed_signed_flavor_rebuilds_to_itself_its_base_first(signed_flavor, sign_keys):
+    done = rebuild(signed_flavor, sign_keys["public"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "rebuilding the base image" in done.stdout  # the flavor starts FROM its base, rebuilt cold too
+    assert done.stdout.strip().splitlines()[-1].startswith(f"REPRODUCED: {signed_flavor}")
