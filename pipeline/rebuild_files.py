@@ -186,6 +186,8 @@ def fetch_layer(registry, layer: dict, dest: Path) -> Path:
             got += len(chunk)
             if got > size:
                 raise RegistryDataRefused(f"the registry sent more than the {size:,} bytes of {what}")
+            registry.deadline.left(what)  # the client's one deadline and byte budget bound the whole read
+            registry.deadline.spend(len(chunk), what)
             sha.update(chunk)
             f.write(chunk)
     if "sha256:" + sha.hexdigest() != digest:

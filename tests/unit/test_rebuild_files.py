@@ -6,14 +6,17 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from pipeline import rebuild_files
+from pipeline import rebuild_files, registry
 from pipeline.errors import RegistryDataRefused
 from pipeline.rebuild_files import Chunks, Entry, Pair, differences, member_path, pushed_side, walk
+from tests.unit.test_verify_registry import REPO, Server
 
 pytestmark = pytest.mark.unit
 
@@ -122,9 +125,6 @@ def test_the_pushed_layer_must_uncompress_to_its_diff_id(tmp_path):
 
 
 def test_a_zstd_layer_is_read_through_the_zstd_tool(tmp_path):
-    import shutil
-    import subprocess
-
     if shutil.which("zstd") is None:
         pytest.fail("zstd is not installed: scripts/prepare-host.sh installs it (skopeo's zstd pushes need it too)")
     plain = tmp_path / "layer.tar"
@@ -166,3 +166,47 @@ def test_diffoscope_reports_on_the_copied_files(tmp_path):
 def test_a_path_is_normalised_the_same_way_on_both_sides():
     assert member_path("./etc/x") == member_path("etc/x") == member_path("/etc//x") == "/etc/x"
     assert Path(member_path("a/./b") or "").as_posix() == "/a/b"
+
+
+@pytest.fixture
+def crafted():
+    served = Server()
+    yield served
+    served.shutdown()
+
+
+def layer_client(served, seconds: float = 30):
+    return registry.Registry(registry.ImageRef(served.host, REPO, "latest"), registry.Deadline(seconds, budget=1 << 20))
+
+
+def test_a_pushed_layer_is_fetched_by_its_digest(crafted, tmp_path):
+    blob = gzip.compress(PUSHED)
+    digest = crafted.blob(blob)
+    got = rebuild_files.fetch_layer(layer_client(crafted), {"digest": digest, "size": len(blob)}, tmp_path / "l")
+    assert got.read_bytes() == blob
+
+
+def test_a_registry_that_sends_more_than_the_layers_size_is_cut_off(crafted, tmp_path):
+    """The attack: a small declared layer answered with an endless body, to fill the disk."""
+    digest = crafted.blob(b"x" * (3 << 20))
+    with pytest.raises(RegistryDataRefused, match="more than the 1,024 bytes"):
+        rebuild_files.fetch_layer(layer_client(crafted), {"digest": digest, "size": 1024}, tmp_path / "l")
+
+
+def test_a_layer_whose_bytes_are_not_its_digest_is_refused(crafted, tmp_path):
+    wanted = "sha256:" + "a" * 64
+    crafted.routes[f"/v2/{REPO}/blobs/{wanted}"] = (200, {}, b"other bytes")
+    with pytest.raises(RegistryDataRefused, match="does not match its digest"):
+        rebuild_files.fetch_layer(layer_client(crafted), {"digest": wanted, "size": 11}, tmp_path / "l")
+
+
+def test_a_layer_past_the_read_budget_is_refused(crafted, tmp_path):
+    blob = b"y" * (2 << 20)  # over layer_client's 1 MiB budget, within the declared size
+    digest = crafted.blob(blob)
+    with pytest.raises(RegistryDataRefused, match="has read over"):
+        rebuild_files.fetch_layer(layer_client(crafted), {"digest": digest, "size": len(blob)}, tmp_path / "l")
+
+
+def test_a_descriptor_without_a_size_is_refused(crafted, tmp_path):
+    with pytest.raises(RegistryDataRefused, match="no size"):
+        rebuild_files.fetch_layer(layer_client(crafted), {"digest": "sha256:" + "b" * 64}, tmp_path / "l")
