@@ -104,12 +104,16 @@ class Signatures:
     run: str
     signed_at: str
 
+    @classmethod
+    def read(cls, answer: dict) -> Signatures:
+        """The signer's answer to "sign", as it gave it here or in a job of its own (`build.py attach`)."""
+        envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
+        return cls(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
+
 
 def sign(source: KeySource, statements: list[dict], run_name: str | None = None) -> Signatures:
     """The statements signed by the signer as one run; `run_name` (the Actions run URL, say) is signed as a label."""
-    answer = _ask_signer({"op": "sign", **_where(source), "statements": statements, "run_name": run_name})
-    envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
-    return Signatures(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
+    return Signatures.read(_ask_signer({"op": "sign", **_where(source), "statements": statements, "run_name": run_name}))
 
 
 def keygen(directory: Path, encrypt: bool = False, passphrase_file: Path | None = None) -> tuple[Path, Path, str]:

@@ -12,7 +12,6 @@ for that line, listing every check, and passed; with --require-gpu every GPU che
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,9 +171,7 @@ def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, ti
         raise UsageError(f"{prepared / PREPARED}: not prepared for {ref.reference}")
     answer = load(signed_path, "signer's answer")
     try:
-        signed = attest.Signatures(
-            str(answer["keyid"]), [base64.b64decode(e) for e in answer["envelopes"]], str(answer["run"]), str(answer["signed_at"])
-        )
+        signed = attest.Signatures.read(answer)
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"{signed_path}: not the signer's answer (keyid, envelopes, run, signed_at)") from None
     if len(signed.envelopes) != len(stmts):
