@@ -111,9 +111,8 @@ def sign_command(req: SignRequest) -> list[str]:
             "platform": facts.platform,
             "flavor": facts.flavor,
         }
-        write(req.prepare / PREPARED, {"subject": subject, "statements": stmts})
-        extra = {"subject": subject, "validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
-        write_predicates(req.prepare, stmts, extra)
+        extra = {"validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
+        write_prepared(req.prepare, subject, stmts, extra)
         lines.append(
             f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"
         )
@@ -154,8 +153,7 @@ def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, t
     tags = [index_push.plain_tag(t) for t in facts.tags]
     stmts = index_statements(Subject(ref.name, ref.reference), facts, tags, about)
     subject = {"name": ref.name, "digest": ref.reference, "variant": facts.line, "children": sorted(named)}
-    write(prepare / PREPARED, {"subject": subject, "statements": stmts})
-    write_predicates(prepare, stmts, {"subject": subject})
+    write_prepared(prepare, subject, stmts)
     return [f"==> {prepare}: the index's {PREPARED} for the signer and cosign's predicates ({PREDICATES_INDEX})"]
 
 
@@ -197,11 +195,13 @@ PREPARED = "statements.json"
 PREDICATES_INDEX = "predicates.tsv"
 
 
-def write_predicates(out: Path, stmts: list[dict], extra: dict[str, dict]) -> None:
-    """OUT/<kind>.json per statement's predicate, predicates.tsv naming each file with its predicate type (what
-    `cosign attest --type URI --predicate FILE` takes), and the extra records (subject.json, validation.json)."""
+def write_prepared(out: Path, subject: dict, stmts: list[dict], extra: dict[str, dict] | None = None) -> None:
+    """OUT/statements.json for the signer; OUT/<kind>.json per statement's predicate, predicates.tsv naming each
+    file with its predicate type (what `cosign attest --type URI --predicate FILE` takes), subject.json and the
+    extra records (validation.json, facts.json)."""
+    write(out / PREPARED, {"subject": subject, "statements": stmts})
     kinds = {str(statements.kind_of(s["predicateType"])): s for s in stmts}
-    for name, record in {**{k: s["predicate"] for k, s in kinds.items()}, **extra}.items():
+    for name, record in {**{k: s["predicate"] for k, s in kinds.items()}, "subject": subject, **(extra or {})}.items():
         write(out / f"{name}.json", record)
     atomic_write(
         out / PREDICATES_INDEX,
