@@ -21,15 +21,7 @@ import json
 from collections.abc import Iterator
 
 from pipeline.errors import RegistryDataRefused
-from pipeline.registry import (
-    DIGEST,
-    EMPTY_MEDIA_TYPE,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    Registry,
-    as_dict,
-    fallback_tag,
-)
+from pipeline.registry import DIGEST, OCI_INDEX, OCI_MANIFEST, Registry, artifact, as_dict, fallback_tag
 
 ENVELOPE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # the name BuildKit's attestations use too
@@ -61,15 +53,7 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     for predicate_type, envelope in envelopes:
         layer = registry.upload(envelope)
         annotations = {PREDICATE_ANNOTATION: predicate_type, CREATED_ANNOTATION: now}
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": ENVELOPE_MEDIA_TYPE,
-            "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
-            "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, **layer}],
-            "subject": subject,
-            "annotations": annotations,
-        }
+        manifest = {**artifact(ENVELOPE_MEDIA_TYPE, empty, layer, subject), "annotations": annotations}
         body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         put = registry.put_manifest(digest, body, OCI_MANIFEST)

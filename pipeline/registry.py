@@ -542,6 +542,19 @@ def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline 
             raise RegistryDataRefused(f"{what} is larger than {limit // 2**20} MiB")
 
 
+def artifact(artifact_type: str, empty: dict, layer: dict, subject: dict) -> dict:
+    """An OCI artifact's manifest: the empty config (`empty`: its upload's digest and size), one layer of
+    `artifact_type`, `subject` the descriptor of the manifest it is about."""
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
+        "layers": [{"mediaType": artifact_type, **layer}],
+        "subject": subject,
+    }
+
+
 def fallback_tag(digest: str) -> str:
     """The referrers tag schema's tag for a subject: sha256-<hex>."""
     return digest.replace(":", "-")
@@ -570,21 +583,9 @@ def push_sbom(registry: Registry, image_digest: str, sbom_path: Path) -> dict:
         if found is None:
             return {"pushed": False, "reason": f"the registry has no {image_digest}"}
         empty = registry.upload(b"{}")
-        layer = registry.upload(sbom_path.read_bytes())
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": "application/vnd.cyclonedx+json",
-            "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
-            "layers": [
-                {
-                    "mediaType": "application/vnd.cyclonedx+json",
-                    **layer,
-                    "annotations": {"org.opencontainers.image.title": sbom_path.name},
-                }
-            ],
-            "subject": {"mediaType": found[1], "digest": image_digest, "size": len(found[0])},
-        }
+        layer = {**registry.upload(sbom_path.read_bytes()), "annotations": {"org.opencontainers.image.title": sbom_path.name}}
+        subject = {"mediaType": found[1], "digest": image_digest, "size": len(found[0])}
+        manifest = artifact("application/vnd.cyclonedx+json", empty, layer, subject)
         tag = fallback_tag(image_digest) + ".sbom"
         put = registry.put_manifest(tag, json.dumps(manifest).encode(), OCI_MANIFEST)
     except (requests.RequestException, RegistryDataRefused, RegistryUnreachable, KeyError, OSError) as err:
