@@ -115,7 +115,6 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
     """
     passed, warned, failed = [], [], []
     reasons: dict[str, str] = {}
-    gpu_checks = {name for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu}
     checks = (validation.get("smoke") or {}).get("checks") or []
     if not checks:  # a result that lists no test passed nothing
         failed.append("smoke/(no checks listed)")
@@ -123,7 +122,7 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
         name = f"smoke/{check['name']}"
         if check["status"] == "pass":
             passed.append(name)
-        elif check["status"] == "skip" and check["name"] in gpu_checks:
+        elif check["status"] == "skip" and name in GPU_TESTS:
             warned.append(name)
             reasons[name] = check.get("detail", "")
         else:
