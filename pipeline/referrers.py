@@ -1,16 +1,8 @@
 """Signed statements in the registry, beside the image they are about (OCI distribution 1.1), over
-the one registry client (pipeline.registry).
-
-Each DSSE envelope is its own OCI artifact: a manifest whose `subject` is the image's digest,
-`artifactType` the DSSE envelope type, the predicate type in an annotation. Registries with the
-referrers API (GET /v2/<repo>/referrers/<digest>) list them by themselves; for the others
-(Debian's docker-registry, which the tests use) the pusher keeps the referrers tag schema: an
-index tagged `sha256-<hex>` listing the artifacts. Signing again replaces every earlier statement
-of the kinds it signs (deleted where the registry lists referrers itself), so a re-signed image
-carries one set, and stays under Kyverno's 50-referrer limit.
-
-The annotations (predicate type, creation time) only help other tools list them: `verify` orders
-statements by the time signed inside them, never by an annotation.
+the one registry client: each DSSE envelope its own artifact whose `subject` is the image, listed by the
+registry's referrers API or else by the tag schema's `sha256-<hex>` index; signing again replaces the
+kinds it signs (docs/supply-chain.md, "Where the statements are"). The annotations only help other
+tools: `verify` orders statements by the time signed inside them.
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 v2 / OCI distribution API) goes through `Registry`, and every push path asks `plain_http_refusal`
 before it lets Docker or skopeo speak to a registry.
 
-What crosses this boundary is untrusted, so everything here is bounded and fails closed:
-- one loopback rule (`ImageRef.loopback`): plain HTTP only for localhost and literal loopback
-  addresses; a name that merely resolves to one (127.evil.example) is refused for pushes;
-- one auth rule: a login from ~/.docker/config.json answers only a 401 that came from the
-  registry's own host, and goes to the token service that host names (as Docker does, so Docker
-  Hub's auth.docker.io works); a redirect or a `next` link to another host never carries it;
-- caps on every body (after decompression), on JSON depth, on referrers pages and entries, and
-  one deadline for a whole command (`Deadline`); a violation is RegistryDataRefused ("registry
-  data refused: ...", exit 1) or RegistryUnreachable (exit 6), never a traceback.
+What crosses this boundary is untrusted, so everything here is bounded and fails closed: one loopback
+rule (`ImageRef.loopback`), one auth rule (`Registry._login`), caps on every body, JSON document and
+referrers listing, one `Deadline` per command (docs/supply-chain.md, "Threats to signed proof", says
+what each stops). A violation is RegistryDataRefused (exit 1) or RegistryUnreachable (exit 6), never a traceback.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Signing a pushed digest: its statements to the signer (pipeline/attest.py, a process of its own that
-stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py).
-
-    sign_digest(key, client, digest, stmts)    a push's signing (publish.py), and the command's
-    sign_command(SignRequest)                   `build.py sign IMAGE@DIGEST --report R [--proof P]`: the
-                                                release's signing after its GPU proof
-
-The command signs only what is bound (records.bind): the digest's config in the registry is the report's
-stamped image, the proof ran in that image (ran.json, written outside the container by scripts/prove.sh),
-for that line, listing every check, and passed; with --require-gpu every GPU check passed.
+stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py); a
+push's signing (sign_digest) and `build.py sign`, `sign --children` and `attach`, which sign only what
+records.bind ties to one image and line (docs/supply-chain.md, "Only what ran is signed").
 """
 
 from __future__ import annotations

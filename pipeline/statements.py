@@ -1,15 +1,10 @@
-"""What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test
-result, benchmark, vulnerabilities and the VEX of accepted advisories, written from what the run knows
-(pure functions). Reading signed ones back into typed records is pipeline/signed_statements.py's. Signing is pipeline/attest.py, the registry side
-pipeline/referrers.py. Standard library only: the signer process imports it.
-
-Every statement's subject carries, inside the signed payload, the run it belongs to and when it
-was signed (RUN_ANNOTATION, SIGNED_ANNOTATION), stamped by the signer (stamp_run), never by its
-caller: `verify` orders by that time and takes one run's statements together, never an unsigned
-annotation of the registry's.
-
-The predicate types and the fields `verify` and the cluster policies (deploy/) read are named
-here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.
+"""What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test result,
+benchmark, vulnerabilities and the VEX of accepted advisories, written from what the run knows (pure
+functions; standard library only: the signer process imports it). Reading signed ones back is
+pipeline/signed_statements.py's. The run and signing time in each subject are the signer's to stamp
+(stamp_run), never the caller's (docs/supply-chain.md, "Runs and signed time"). The predicate types and
+the fields `verify` and the cluster policies (deploy/) read are named here once: PREDICATES,
+TEST_RESULT_FIELDS, GPU_TESTS.
 """
 
 from __future__ import annotations

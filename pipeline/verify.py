@@ -1,20 +1,7 @@
 """`build.py verify IMAGE_REF --key PUBKEY`: is this pushed image the one that was proven, for the line
-its tag names, recently enough?
-
-For the digest the reference names now (each child too, for an index), verify reads what the registry
-holds (pipeline.registry: bounded, one deadline) and accepts only:
-- statements signed with the key, each about that digest, each carrying the run it belongs to and the
-  time it was signed inside the signed payload (signed_statements.read_statement);
-- of each kind, the newest by that signed time, all of one run, every kind of the run there: statements
-  of one kind from different runs mixed, an incomplete run, or two runs signed at the same second are
-  refused (a registry can drop or reorder referrers, not sign); annotations are never read for order;
-- a test result PASSED, or WARNED only because GPU checks did not run (never with --require-gpu);
-  the proof's image is the manifest's config; no accepted advisory past its expiry;
-- a tag that the signed provenance names (a proven image under another line's tag is refused), the
-  line --expect-line names, and a signing time within --max-age days (the rule for stale advisory data).
-Any failure is one line and exit 1 (NotVerified, "registry data refused: ..." for data that cannot be
-read safely), 6 when the registry cannot be reached or does not answer within the deadline. Then one
-screen of what was proven, where, when, from what.
+its tag names, recently enough? What it accepts, one run's statements read through the bounded registry
+client and judged here, and its exit codes: docs/supply-chain.md ("Verifying a self-built image"); what
+each refusal stops: its "Threats to signed proof" table.
 """
 
 from __future__ import annotations
