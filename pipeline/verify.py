@@ -17,11 +17,10 @@ from pathlib import Path
 from common.rules import STALE_AFTER_DAYS
 from pipeline import attest, referrers, registry
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.labels import PREFIX
+from pipeline.labels import VALIDATION as VALIDATION_LABEL
 from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
 from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS
 
-VALIDATION_LABEL = f"{PREFIX}validation"
 SKEW = dt.timedelta(minutes=5)  # how far ahead of this host's clock a signing time may be
 DEFAULT_MAX_AGE = STALE_AFTER_DAYS  # days: a proof older than this is refused, as advisory data this old is stale
 
@@ -350,7 +349,7 @@ def summary(digest: str, runset: RunSet) -> dict:
     out: dict = {
         "digest": digest,
         "run": runset.run,
-        "run_name": runset.by_kind["test-result"].run_name if "test-result" in runset.by_kind else None,
+        "run_name": runset.by_kind["test-result"].run_name,
         "signed_at": f"{runset.signed_at:%Y-%m-%dT%H:%M:%SZ}",
         "statements": sorted(runset.by_kind),
         "test_result": dataclasses.asdict(test),
