@@ -102,12 +102,10 @@ def sha256_file(path: Path) -> str:
 
 
 def test_outcome(validation: dict, flavor: str | None = None) -> dict:
-    """(result, passed, warned, failed) of a validation record (Validation.as_dict()).
-
-    Every smoke check by name (smoke/<check>), the PPO gate (ppo-gate/<device>) and a flavor's
-    own gate. A GPU check that did not run is warned, with its reason: WARNED then says the proof
-    is not a GPU proof. Validation that failed is never pushed, but is said as FAILED all the same.
-    """
+    """(result, passed, warned, failed, reasons) of a validation record (Validation.as_dict()): every smoke check
+    (smoke/<check>), the PPO gate (ppo-gate/<device>), a flavor's own gate. A GPU check that did not run is
+    warned, with its reason (docs/supply-chain.md, "WARNED is a CPU-only proof"); validation that failed, never
+    pushed, is said as FAILED all the same."""
     passed, warned, failed = [], [], []
     reasons: dict[str, str] = {}
     checks = (validation.get("smoke") or {}).get("checks") or []
@@ -279,10 +277,8 @@ def vulns_predicate(audit: dict, scanner_version: str) -> dict:
 
 
 def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> dict:
-    """An OpenVEX document: one statement per accepted finding, with its reason and expiry.
-
-    The line ships the affected version on purpose, so the status is "affected" and the
-    action statement says why, until when, and which release fixes it."""
+    """An OpenVEX document: one statement per accepted finding. The line ships the affected version on
+    purpose, so the status is "affected" and the action statement says why, until when, which release fixes it."""
     return {
         "@context": "https://openvex.dev/ns/v0.2.0",
         "@id": f"https://proven-torch.dev/vex/{image_ref}",
