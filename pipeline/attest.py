@@ -307,7 +307,7 @@ def _envelope(signer, stmt: dict) -> bytes:
 
     envelope = Envelope(payload=encode(stmt), payload_type=PAYLOAD_TYPE, signatures={})
     envelope.sign(signer)
-    return json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    return encode(envelope.to_dict())
 
 
 def _run_name(name) -> str | None:

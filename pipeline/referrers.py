@@ -7,11 +7,10 @@ tools: `verify` orders statements by the time signed inside them.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
 from collections.abc import Iterator
 
+from pipeline import statements
 from pipeline.errors import RegistryDataRefused
 from pipeline.registry import DIGEST, OCI_INDEX, OCI_MANIFEST, Registry, artifact, as_dict, fallback_tag
 
@@ -39,14 +38,14 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     subject is replaced: dropped from the tag-schema index (other tools' entries kept), or deleted where
     the registry lists referrers itself and lets it."""
     empty = registry.upload(b"{}")
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = statements.now()
     added: list[dict] = []
     native = False
     for predicate_type, envelope in envelopes:
         layer = registry.upload(envelope)
         annotations = {PREDICATE_ANNOTATION: predicate_type, CREATED_ANNOTATION: now}
         manifest = {**artifact(ENVELOPE_MEDIA_TYPE, empty, layer, subject), "annotations": annotations}
-        body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+        body = statements.encode(manifest)
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         put = registry.put_manifest(digest, body, OCI_MANIFEST)
         native = native or bool(put.headers.get("OCI-Subject"))
@@ -71,7 +70,7 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     tag = fallback_tag(subject["digest"])
     listed = registry.tagged_referrers(subject["digest"])
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
-    registry.put_manifest(tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX)
+    registry.put_manifest(tag, statements.encode(index), OCI_INDEX)
     # the index lists the live set; what it no longer lists is deleted where the registry lets clients delete
     delete_about(registry, subject["digest"], [old for old in listed if superseded(old)])
     return added

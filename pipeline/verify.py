@@ -19,7 +19,7 @@ from pipeline import attest, referrers, registry
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.labels import VALIDATION as VALIDATION_LABEL
 from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
-from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS
+from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS, TIME_FORMAT
 
 SKEW = dt.timedelta(minutes=5)  # how far ahead of this host's clock a signing time may be
 DEFAULT_MAX_AGE = STALE_AFTER_DAYS  # days: a proof older than this is refused, as advisory data this old is stale
@@ -350,7 +350,7 @@ def summary(digest: str, runset: RunSet) -> dict:
         "digest": digest,
         "run": runset.run,
         "run_name": runset.by_kind["test-result"].run_name,
-        "signed_at": f"{runset.signed_at:%Y-%m-%dT%H:%M:%SZ}",
+        "signed_at": runset.signed_at.strftime(TIME_FORMAT),
         "statements": sorted(runset.by_kind),
         "test_result": dataclasses.asdict(test),
         "provenance": dataclasses.asdict(runset["provenance"]),
