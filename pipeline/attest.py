@@ -1,18 +1,10 @@
 """The signing key, from the file it is read from to the DSSE envelopes it signs, and the checking of
-envelopes with a public key. No hand-written crypto: securesystemslib and cryptography.
+envelopes with a public key. No hand-written crypto: securesystemslib and cryptography; ed25519 in PEM.
 
-A key pair is ed25519 in PEM: the private key PKCS#8 (optionally encrypted with a passphrase), the
-public key SubjectPublicKeyInfo (the form cosign and openssl read too).
-
-The private key is read in one place only: the signer, a Python process of its own started from
-the signer's venv (.venv-signer, installed by scripts/host-venv.sh from the hash-locked
-requirements-signer.lock: securesystemslib, cryptography and what they need, nothing else). It runs
-this module (`python -m pipeline.attest`), which imports the standard library, those two packages
-and pipeline.errors/pipeline.statements (standard library only). The build's own process, with
-Docker's SDK, requests and the test tools in its venv, never holds the key: it sends the
-statements to sign and gets envelopes back. The key file must lie outside the checkout (the
-image's build context) and be readable by its owner only; its passphrase comes from
-PROVEN_TORCH_SIGN_KEY_PASSPHRASE or a file (--sign-key-passphrase-file), never from an argument.
+The private key is read in one place only: the signer, this module run as a process of its own from
+the hash-locked .venv-signer (`python -m pipeline.attest`), importing the standard library, those two
+packages and pipeline.errors/pipeline.statements only. The build's process sends it statements and gets
+envelopes back. Where the key may lie and where its passphrase comes from: docs/supply-chain.md ("Keys").
 """
 
 from __future__ import annotations
@@ -104,12 +96,16 @@ class Signatures:
     run: str
     signed_at: str
 
+    @classmethod
+    def read(cls, answer: dict) -> Signatures:
+        """The signer's answer to "sign", as it gave it here or in a job of its own (`build.py attach`)."""
+        envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
+        return cls(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
+
 
 def sign(source: KeySource, statements: list[dict], run_name: str | None = None) -> Signatures:
     """The statements signed by the signer as one run; `run_name` (the Actions run URL, say) is signed as a label."""
-    answer = _ask_signer({"op": "sign", **_where(source), "statements": statements, "run_name": run_name})
-    envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
-    return Signatures(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
+    return Signatures.read(_ask_signer({"op": "sign", **_where(source), "statements": statements, "run_name": run_name}))
 
 
 def keygen(directory: Path, encrypt: bool = False, passphrase_file: Path | None = None) -> tuple[Path, Path, str]:
@@ -311,7 +307,7 @@ def _envelope(signer, stmt: dict) -> bytes:
 
     envelope = Envelope(payload=encode(stmt), payload_type=PAYLOAD_TYPE, signatures={})
     envelope.sign(signer)
-    return json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    return encode(envelope.to_dict())
 
 
 def _run_name(name) -> str | None:

@@ -1,14 +1,6 @@
 """The publish path: a validated, stamped image into the registry, and with a signing key its signed
-statements beside each pushed digest, before any moving tag names it. It orchestrates; the parts are
-each in their own module:
-
-    publish(client, tagged, target, request, facts) -> Pushed   one platform's image: tags (gzip/zstd), SBOM, statements
-    publish_index(results, request) -> {ref: digest}            a multi-arch line's plain tags as one index over them
-
-facts.json (run_facts.py) is written at push; what the statements say is image_statements.py's, made
-from the report folder's records (records.py); signing is signing.py's (the key: attest.py's signer
-process). The registry side: registry.py (the one client), push.py (docker push), zstd_push.py
-(skopeo), index_push.py (docker manifest), referrers.py (statement artifacts).
+statements beside each pushed digest, before any moving tag names it. It orchestrates; the parts and
+the path between them: docs/architecture.md ("The publish path").
 """
 
 from __future__ import annotations

@@ -11,11 +11,8 @@ from pipeline import hostprocs
 from pipeline.docker_env import sdk_errors
 from pipeline.errors import Interrupted, PushFailed, ValidationFailed
 
-# How layers are compressed in the registry (build.py --compression). gzip: every
-# runtime pulls it (docker push). zstd: smaller and faster to unpack, for Docker 23+,
-# containerd 1.5+ (so Kubernetes) and podman; Docker 20.10 cannot pull it. both: the
-# plain tags stay gzip, so no runtime meets a tag it cannot pull, and each tag also
-# gets a zstd form under ZSTD_SUFFIX.
+# build.py --compression (cli_text.py says which runtimes pull each); `both` pushes gzip under the plain
+# tags, so no runtime meets a tag it cannot pull, and a zstd form of each under ZSTD_SUFFIX.
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_SUFFIX = "-zstd"
 

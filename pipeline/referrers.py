@@ -1,35 +1,18 @@
 """Signed statements in the registry, beside the image they are about (OCI distribution 1.1), over
-the one registry client (pipeline.registry).
-
-Each DSSE envelope is its own OCI artifact: a manifest whose `subject` is the image's digest,
-`artifactType` the DSSE envelope type, the predicate type in an annotation. Registries with the
-referrers API (GET /v2/<repo>/referrers/<digest>) list them by themselves; for the others
-(Debian's docker-registry, which the tests use) the pusher keeps the referrers tag schema: an
-index tagged `sha256-<hex>` listing the artifacts. Signing again replaces every earlier statement
-of the kinds it signs (deleted where the registry lists referrers itself), so a re-signed image
-carries one set, and stays under Kyverno's 50-referrer limit.
-
-The annotations (predicate type, creation time) only help other tools list them: `verify` orders
-statements by the time signed inside them, never by an annotation.
+the one registry client: each DSSE envelope its own artifact whose `subject` is the image, listed by the
+registry's referrers API or else by the tag schema's `sha256-<hex>` index; signing again replaces the
+kinds it signs (docs/supply-chain.md, "Where the statements are"). The annotations only help other
+tools: `verify` orders statements by the time signed inside them.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
 from collections.abc import Iterator
 
+from pipeline import statements
 from pipeline.errors import RegistryDataRefused
-from pipeline.registry import (
-    DIGEST,
-    EMPTY_MEDIA_TYPE,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    Registry,
-    as_dict,
-    fallback_tag,
-)
+from pipeline.registry import DIGEST, OCI_INDEX, OCI_MANIFEST, Registry, artifact, as_dict, fallback_tag
 
 ENVELOPE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # the name BuildKit's attestations use too
@@ -55,22 +38,14 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     subject is replaced: dropped from the tag-schema index (other tools' entries kept), or deleted where
     the registry lists referrers itself and lets it."""
     empty = registry.upload(b"{}")
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = statements.now()
     added: list[dict] = []
     native = False
     for predicate_type, envelope in envelopes:
         layer = registry.upload(envelope)
         annotations = {PREDICATE_ANNOTATION: predicate_type, CREATED_ANNOTATION: now}
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": ENVELOPE_MEDIA_TYPE,
-            "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
-            "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, **layer}],
-            "subject": subject,
-            "annotations": annotations,
-        }
-        body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+        manifest = {**artifact(ENVELOPE_MEDIA_TYPE, empty, layer, subject), "annotations": annotations}
+        body = statements.encode(manifest)
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         put = registry.put_manifest(digest, body, OCI_MANIFEST)
         native = native or bool(put.headers.get("OCI-Subject"))
@@ -95,7 +70,7 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     tag = fallback_tag(subject["digest"])
     listed = registry.tagged_referrers(subject["digest"])
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
-    registry.put_manifest(tag, json.dumps(index, sort_keys=True, separators=(",", ":")).encode(), OCI_INDEX)
+    registry.put_manifest(tag, statements.encode(index), OCI_INDEX)
     # the index lists the live set; what it no longer lists is deleted where the registry lets clients delete
     delete_about(registry, subject["digest"], [old for old in listed if superseded(old)])
     return added

@@ -2,15 +2,10 @@
 v2 / OCI distribution API) goes through `Registry`, and every push path asks `plain_http_refusal`
 before it lets Docker or skopeo speak to a registry.
 
-What crosses this boundary is untrusted, so everything here is bounded and fails closed:
-- one loopback rule (`ImageRef.loopback`): plain HTTP only for localhost and literal loopback
-  addresses; a name that merely resolves to one (127.evil.example) is refused for pushes;
-- one auth rule: a login from ~/.docker/config.json answers only a 401 that came from the
-  registry's own host, and goes to the token service that host names (as Docker does, so Docker
-  Hub's auth.docker.io works); a redirect or a `next` link to another host never carries it;
-- caps on every body (after decompression), on JSON depth, on referrers pages and entries, and
-  one deadline for a whole command (`Deadline`); a violation is RegistryDataRefused ("registry
-  data refused: ...", exit 1) or RegistryUnreachable (exit 6), never a traceback.
+What crosses this boundary is untrusted, so everything here is bounded and fails closed: one loopback
+rule (`ImageRef.loopback`), one auth rule (`Registry._login`), caps on every body, JSON document and
+referrers listing, one `Deadline` per command (docs/supply-chain.md, "Threats to signed proof", says
+what each stops). A violation is RegistryDataRefused (exit 1) or RegistryUnreachable (exit 6), never a traceback.
 """
 
 from __future__ import annotations
@@ -73,10 +68,10 @@ class Deadline:
     """One deadline for everything a command asks of registries, each request getting what is left, and
     one byte budget for everything it reads (MAX_READ): a registry cannot keep a command busy or fill it."""
 
-    def __init__(self, seconds: float = DEFAULT_DEADLINE, budget: int | None = None):
+    def __init__(self, seconds: float):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
-        self.budget = MAX_READ if budget is None else budget
+        self.budget = MAX_READ
 
     def spend(self, count: int, what: str) -> None:
         self.budget -= count
@@ -542,6 +537,19 @@ def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline 
             raise RegistryDataRefused(f"{what} is larger than {limit // 2**20} MiB")
 
 
+def artifact(artifact_type: str, empty: dict, layer: dict, subject: dict) -> dict:
+    """An OCI artifact's manifest: the empty config (`empty`: its upload's digest and size), one layer of
+    `artifact_type`, `subject` the descriptor of the manifest it is about."""
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
+        "layers": [{"mediaType": artifact_type, **layer}],
+        "subject": subject,
+    }
+
+
 def fallback_tag(digest: str) -> str:
     """The referrers tag schema's tag for a subject: sha256-<hex>."""
     return digest.replace(":", "-")
@@ -570,21 +578,9 @@ def push_sbom(registry: Registry, image_digest: str, sbom_path: Path) -> dict:
         if found is None:
             return {"pushed": False, "reason": f"the registry has no {image_digest}"}
         empty = registry.upload(b"{}")
-        layer = registry.upload(sbom_path.read_bytes())
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": "application/vnd.cyclonedx+json",
-            "config": {"mediaType": EMPTY_MEDIA_TYPE, **empty},
-            "layers": [
-                {
-                    "mediaType": "application/vnd.cyclonedx+json",
-                    **layer,
-                    "annotations": {"org.opencontainers.image.title": sbom_path.name},
-                }
-            ],
-            "subject": {"mediaType": found[1], "digest": image_digest, "size": len(found[0])},
-        }
+        layer = {**registry.upload(sbom_path.read_bytes()), "annotations": {"org.opencontainers.image.title": sbom_path.name}}
+        subject = {"mediaType": found[1], "digest": image_digest, "size": len(found[0])}
+        manifest = artifact("application/vnd.cyclonedx+json", empty, layer, subject)
         tag = fallback_tag(image_digest) + ".sbom"
         put = registry.put_manifest(tag, json.dumps(manifest).encode(), OCI_MANIFEST)
     except (requests.RequestException, RegistryDataRefused, RegistryUnreachable, KeyError, OSError) as err:

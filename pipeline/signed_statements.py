@@ -93,7 +93,7 @@ def _test_result(r: Reader, p: dict) -> TestResult:
     if result not in RESULTS:
         raise r.refuse("result", f"one of {', '.join(RESULTS)}")
     reasons = r.obj(p, "warnedReasons", optional=True)
-    configuration = r.get(p, "configuration", list, "a list", optional=True) or []
+    configuration = r.items(p, "configuration", optional=True)
     vouched = tuple(
         f"sha256:{c['digest']['sha256']}"
         for c in configuration
@@ -143,8 +143,8 @@ def _benchmark(r: Reader, p: dict) -> Benchmark:
 def _vulns(r: Reader, p: dict) -> Vulns:
     scanner = r.obj(p, "scanner")
     accepted, findings = [], []
-    for result in r.get(scanner, "result", list, "a list", optional=True) or []:
-        notes = [a for a in r.get(result, "annotations", list, "a list", optional=True) or [] if isinstance(a, dict)]
+    for result in r.items(scanner, "result", optional=True):
+        notes = [a for a in r.items(result, "annotations", optional=True) if isinstance(a, dict)]
         expires = next((str(a["expires"]) for a in notes if a.get("expires")), None)
         ident = str(r.text(result, "id"))
         if expires:
@@ -160,9 +160,9 @@ def _vulns(r: Reader, p: dict) -> Vulns:
 
 def _vex(r: Reader, p: dict) -> tuple[Accepted, ...]:
     out = []
-    for s in r.get(p, "statements", list, "a list", optional=True) or []:
-        products = r.get(s, "products", list, "a list") or [{}]
-        parts = r.get(products[0], "subcomponents", list, "a list") or [{}]
+    for s in r.items(p, "statements", optional=True):
+        products = r.items(s, "products") or [{}]
+        parts = r.items(products[0], "subcomponents") or [{}]
         out.append(
             Accepted(
                 id=str(r.text(r.obj(s, "vulnerability"), "name")),
@@ -201,8 +201,8 @@ def read_statement(stmt: Any, what: str) -> Signed:
     if kind is None:
         raise RegistryDataRefused(f"{what}: predicate type {str(stmt.get('predicateType'))[:80]!r} is none this tool signs")
     r.what = f"{what} ({kind})"
-    subjects = r.get(stmt, "subject", list, "a list")
-    if not subjects or len(subjects) != 1:
+    subjects = r.items(stmt, "subject")
+    if len(subjects) != 1:
         raise RegistryDataRefused(f"{r.what}: not about exactly one subject")
     digests = r.obj(subjects[0], "digest")
     if not isinstance(digests.get("sha256"), str):

@@ -1,18 +1,11 @@
 """Signing a pushed digest: its statements to the signer (pipeline/attest.py, a process of its own that
-stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py).
-
-    sign_digest(key, client, digest, stmts)    a push's signing (publish.py), and the command's
-    sign_command(SignRequest)                   `build.py sign IMAGE@DIGEST --report R [--proof P]`: the
-                                                release's signing after its GPU proof
-
-The command signs only what is bound (records.bind): the digest's config in the registry is the report's
-stamped image, the proof ran in that image (ran.json, written outside the container by scripts/prove.sh),
-for that line, listing every check, and passed; with --require-gpu every GPU check passed.
+stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py); a
+push's signing (sign_digest) and `build.py sign`, `sign --children` and `attach`, which sign only what
+records.bind ties to one image and line (docs/supply-chain.md, "Only what ran is signed").
 """
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,9 +105,8 @@ def sign_command(req: SignRequest) -> list[str]:
             "platform": facts.platform,
             "flavor": facts.flavor,
         }
-        write(req.prepare / PREPARED, {"subject": subject, "statements": stmts})
-        extra = {"subject": subject, "validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
-        write_predicates(req.prepare, stmts, extra)
+        extra = {"validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
+        write_prepared(req.prepare, subject, stmts, extra)
         lines.append(
             f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"
         )
@@ -155,8 +147,7 @@ def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, t
     tags = [index_push.plain_tag(t) for t in facts.tags]
     stmts = index_statements(Subject(ref.name, ref.reference), facts, tags, about)
     subject = {"name": ref.name, "digest": ref.reference, "variant": facts.line, "children": sorted(named)}
-    write(prepare / PREPARED, {"subject": subject, "statements": stmts})
-    write_predicates(prepare, stmts, {"subject": subject})
+    write_prepared(prepare, subject, stmts)
     return [f"==> {prepare}: the index's {PREPARED} for the signer and cosign's predicates ({PREDICATES_INDEX})"]
 
 
@@ -172,9 +163,7 @@ def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, ti
         raise UsageError(f"{prepared / PREPARED}: not prepared for {ref.reference}")
     answer = load(signed_path, "signer's answer")
     try:
-        signed = attest.Signatures(
-            str(answer["keyid"]), [base64.b64decode(e) for e in answer["envelopes"]], str(answer["run"]), str(answer["signed_at"])
-        )
+        signed = attest.Signatures.read(answer)
     except (KeyError, TypeError, ValueError):
         raise UsageError(f"{signed_path}: not the signer's answer (keyid, envelopes, run, signed_at)") from None
     if len(signed.envelopes) != len(stmts):
@@ -200,11 +189,13 @@ PREPARED = "statements.json"
 PREDICATES_INDEX = "predicates.tsv"
 
 
-def write_predicates(out: Path, stmts: list[dict], extra: dict[str, dict]) -> None:
-    """OUT/<kind>.json per statement's predicate, predicates.tsv naming each file with its predicate type (what
-    `cosign attest --type URI --predicate FILE` takes), and the extra records (subject.json, validation.json)."""
+def write_prepared(out: Path, subject: dict, stmts: list[dict], extra: dict[str, dict] | None = None) -> None:
+    """OUT/statements.json for the signer; OUT/<kind>.json per statement's predicate, predicates.tsv naming each
+    file with its predicate type (what `cosign attest --type URI --predicate FILE` takes), subject.json and the
+    extra records (validation.json, facts.json)."""
+    write(out / PREPARED, {"subject": subject, "statements": stmts})
     kinds = {str(statements.kind_of(s["predicateType"])): s for s in stmts}
-    for name, record in {**{k: s["predicate"] for k, s in kinds.items()}, **extra}.items():
+    for name, record in {**{k: s["predicate"] for k, s in kinds.items()}, "subject": subject, **(extra or {})}.items():
         write(out / f"{name}.json", record)
     atomic_write(
         out / PREDICATES_INDEX,

@@ -1,15 +1,10 @@
-"""What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test
-result, benchmark, vulnerabilities and the VEX of accepted advisories, written from what the run knows
-(pure functions). Reading signed ones back into typed records is pipeline/signed_statements.py's. Signing is pipeline/attest.py, the registry side
-pipeline/referrers.py. Standard library only: the signer process imports it.
-
-Every statement's subject carries, inside the signed payload, the run it belongs to and when it
-was signed (RUN_ANNOTATION, SIGNED_ANNOTATION), stamped by the signer (stamp_run), never by its
-caller: `verify` orders by that time and takes one run's statements together, never an unsigned
-annotation of the registry's.
-
-The predicate types and the fields `verify` and the cluster policies (deploy/) read are named
-here once: PREDICATES, TEST_RESULT_FIELDS, GPU_TESTS.
+"""What a pushed image says about itself, as in-toto statements (v1): provenance, SBOM, test result,
+benchmark, vulnerabilities and the VEX of accepted advisories, written from what the run knows (pure
+functions; standard library only: the signer process imports it). Reading signed ones back is
+pipeline/signed_statements.py's. The run and signing time in each subject are the signer's to stamp
+(stamp_run), never the caller's (docs/supply-chain.md, "Runs and signed time"). The predicate types and
+the fields `verify` and the cluster policies (deploy/) read are named here once: PREDICATES,
+TEST_RESULT_FIELDS, GPU_TESTS.
 """
 
 from __future__ import annotations
@@ -107,15 +102,12 @@ def sha256_file(path: Path) -> str:
 
 
 def test_outcome(validation: dict, flavor: str | None = None) -> dict:
-    """(result, passed, warned, failed) of a validation record (Validation.as_dict()).
-
-    Every smoke check by name (smoke/<check>), the PPO gate (ppo-gate/<device>) and a flavor's
-    own gate. A GPU check that did not run is warned, with its reason: WARNED then says the proof
-    is not a GPU proof. Validation that failed is never pushed, but is said as FAILED all the same.
-    """
+    """(result, passed, warned, failed, reasons) of a validation record (Validation.as_dict()): every smoke check
+    (smoke/<check>), the PPO gate (ppo-gate/<device>), a flavor's own gate. A GPU check that did not run is
+    warned, with its reason (docs/supply-chain.md, "WARNED is a CPU-only proof"); validation that failed, never
+    pushed, is said as FAILED all the same."""
     passed, warned, failed = [], [], []
     reasons: dict[str, str] = {}
-    gpu_checks = {name for name, needs_gpu in CHECK_NEEDS_GPU.items() if needs_gpu}
     checks = (validation.get("smoke") or {}).get("checks") or []
     if not checks:  # a result that lists no test passed nothing
         failed.append("smoke/(no checks listed)")
@@ -123,7 +115,7 @@ def test_outcome(validation: dict, flavor: str | None = None) -> dict:
         name = f"smoke/{check['name']}"
         if check["status"] == "pass":
             passed.append(name)
-        elif check["status"] == "skip" and check["name"] in gpu_checks:
+        elif check["status"] == "skip" and name in GPU_TESTS:
             warned.append(name)
             reasons[name] = check.get("detail", "")
         else:
@@ -285,10 +277,8 @@ def vulns_predicate(audit: dict, scanner_version: str) -> dict:
 
 
 def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> dict:
-    """An OpenVEX document: one statement per accepted finding, with its reason and expiry.
-
-    The line ships the affected version on purpose, so the status is "affected" and the
-    action statement says why, until when, and which release fixes it."""
+    """An OpenVEX document: one statement per accepted finding. The line ships the affected version on
+    purpose, so the status is "affected" and the action statement says why, until when, which release fixes it."""
     return {
         "@context": "https://openvex.dev/ns/v0.2.0",
         "@id": f"https://proven-torch.dev/vex/{image_ref}",

@@ -1,20 +1,7 @@
 """`build.py verify IMAGE_REF --key PUBKEY`: is this pushed image the one that was proven, for the line
-its tag names, recently enough?
-
-For the digest the reference names now (each child too, for an index), verify reads what the registry
-holds (pipeline.registry: bounded, one deadline) and accepts only:
-- statements signed with the key, each about that digest, each carrying the run it belongs to and the
-  time it was signed inside the signed payload (signed_statements.read_statement);
-- of each kind, the newest by that signed time, all of one run, every kind of the run there: statements
-  of one kind from different runs mixed, an incomplete run, or two runs signed at the same second are
-  refused (a registry can drop or reorder referrers, not sign); annotations are never read for order;
-- a test result PASSED, or WARNED only because GPU checks did not run (never with --require-gpu);
-  the proof's image is the manifest's config; no accepted advisory past its expiry;
-- a tag that the signed provenance names (a proven image under another line's tag is refused), the
-  line --expect-line names, and a signing time within --max-age days (the rule for stale advisory data).
-Any failure is one line and exit 1 (NotVerified, "registry data refused: ..." for data that cannot be
-read safely), 6 when the registry cannot be reached or does not answer within the deadline. Then one
-screen of what was proven, where, when, from what.
+its tag names, recently enough? What it accepts, one run's statements read through the bounded registry
+client and judged here, and its exit codes: docs/supply-chain.md ("Verifying a self-built image"); what
+each refusal stops: its "Threats to signed proof" table.
 """
 
 from __future__ import annotations
@@ -30,11 +17,10 @@ from pathlib import Path
 from common.rules import STALE_AFTER_DAYS
 from pipeline import attest, referrers, registry
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.labels import PREFIX
+from pipeline.labels import VALIDATION as VALIDATION_LABEL
 from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
-from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS
+from pipeline.statements import GPU_TESTS, IMAGE_KINDS, INDEX_KINDS, TIME_FORMAT
 
-VALIDATION_LABEL = f"{PREFIX}validation"
 SKEW = dt.timedelta(minutes=5)  # how far ahead of this host's clock a signing time may be
 DEFAULT_MAX_AGE = STALE_AFTER_DAYS  # days: a proof older than this is refused, as advisory data this old is stale
 
@@ -86,37 +72,6 @@ class Read:
     unverified: list[str] = dataclasses.field(default_factory=list)
 
 
-def read_signed(registry_client: registry.Registry, digest: str, key: Keys, label: str) -> Read:
-    """Every envelope about `digest`, one at a time. One that names a key but does not verify (junk anyone
-    can attach) is set aside, not fatal: it adds nothing, and the run it would have belonged to is then
-    incomplete, which is refused with its reason."""
-    found = Read([])
-    signed, others = found.signed, found.others
-    for data in referrers.envelopes_about(registry_client, digest):  # one at a time: only its Signed record is kept
-        found.count += 1
-        envelope = registry.parse_json(data, f"{label}: a statement envelope")
-        del data
-        if not isinstance(envelope, dict):
-            raise RegistryDataRefused(f"{label}: a statement envelope is not a JSON object")
-        names = attest.signers_of(envelope)
-        opener = key.named(names)
-        if opener is None:
-            others |= {k[:16] for k in names}
-            continue
-        try:
-            payload = attest.open_envelope(envelope, opener, f"{label}: a statement")
-        except NotVerified as err:
-            found.unverified.append(str(err))
-            continue
-        stmt = read_statement(registry.parse_json(payload, f"{label}: a signed statement"), f"{label}: a signed statement")
-        if stmt.digest != digest:
-            raise NotVerified(
-                f"{label}: the signed {stmt.kind} statement is about {stmt.digest}, not {digest}: copied from another image"
-            )
-        signed.append(stmt)
-    return found
-
-
 def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> RunSet:
     """The newest statement of each kind by its signed time; all of one run, and that run complete."""
     newest: dict[str, Signed] = {}
@@ -144,33 +99,6 @@ def deciding_run(signed: list[Signed], kinds: tuple[str, ...], label: str) -> Ru
     if len({s.signed_at for s in in_run}) != 1:  # the signer stamps one time per run
         raise NotVerified(f"{label}: run {run}'s statements carry different signing times: not one signing; sign the image again")
     return RunSet(run, in_run[0].signed_at, {k: newest[k] for k in kinds})
-
-
-def signed_statements(
-    registry_client: registry.Registry,
-    digest: str,
-    key,
-    kinds: tuple[str, ...],
-    label: str,
-    unsigned_why: Callable[[], str] = lambda: "",
-) -> RunSet:
-    found = read_signed(registry_client, digest, key, label)
-    if found.count == 0:
-        raise NotVerified(
-            f"{label}: no signed statements are attached to {digest}: "
-            + (unsigned_why() or "pushed unsigned, or not by this pipeline")
-        )
-    if not found.signed and not found.unverified:
-        raise NotVerified(
-            f"{label}: none of its {found.count} statements is signed by key {key} "
-            f"(they name key {', '.join(sorted(found.others)) or 'none'}…): the wrong public key, or signed by someone else"
-        )
-    try:
-        return deciding_run(found.signed, kinds, label)
-    except NotVerified as err:
-        if not found.unverified:
-            raise
-        raise NotVerified(f"{err}; {len(found.unverified)} naming the key did not verify, e.g. {found.unverified[0]}") from None
 
 
 def judge_result(test: TestResult, require_gpu: bool, label: str, index: bool = False) -> None:
@@ -230,44 +158,133 @@ def lapsed(vulns: Vulns, today: dt.date) -> list[str]:
     return [f"{ident} (accepted until {expires})" for ident, expires in vulns.accepted_until if expires < today.isoformat()]
 
 
-def check_image(
-    registry_client: registry.Registry,
-    digest: str,
-    body: bytes,
-    key: Keys,
-    policy: Policy,
-    label: str,
-    asked: registry.ImageRef | None,
-) -> dict:
-    """One image's statements judged; `asked`: the reference the user gave, when it names this image itself
-    (an index's children are reached through the index, whose provenance answers for the tag)."""
-    config = registry.config_digest(body, label)
+@dataclass(frozen=True)
+class Verifier:
+    """What every check of one command reads with: the registry's client, the keys, the caller's policy."""
 
-    def forged_labels() -> str:
-        """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
+    client: registry.Registry
+    key: Keys
+    policy: Policy
+
+    def read_signed(self, digest: str, label: str) -> Read:
+        """Every envelope about `digest`, one at a time. One that names a key but does not verify (junk anyone
+        can attach) is set aside, not fatal: it adds nothing, and the run it would have belonged to is then
+        incomplete, which is refused with its reason."""
+        found = Read([])
+        signed, others = found.signed, found.others
+        for data in referrers.envelopes_about(self.client, digest):  # one at a time: only its Signed record is kept
+            found.count += 1
+            envelope = registry.parse_json(data, f"{label}: a statement envelope")
+            del data
+            if not isinstance(envelope, dict):
+                raise RegistryDataRefused(f"{label}: a statement envelope is not a JSON object")
+            names = attest.signers_of(envelope)
+            opener = self.key.named(names)
+            if opener is None:
+                others |= {k[:16] for k in names}
+                continue
+            try:
+                payload = attest.open_envelope(envelope, opener, f"{label}: a statement")
+            except NotVerified as err:
+                found.unverified.append(str(err))
+                continue
+            stmt = read_statement(registry.parse_json(payload, f"{label}: a signed statement"), f"{label}: a signed statement")
+            if stmt.digest != digest:
+                raise NotVerified(
+                    f"{label}: the signed {stmt.kind} statement is about {stmt.digest}, not {digest}: copied from another image"
+                )
+            signed.append(stmt)
+        return found
+
+    def signed_statements(
+        self, digest: str, kinds: tuple[str, ...], label: str, unsigned_why: Callable[[], str] = lambda: ""
+    ) -> RunSet:
+        found = self.read_signed(digest, label)
+        if found.count == 0:
+            raise NotVerified(
+                f"{label}: no signed statements are attached to {digest}: "
+                + (unsigned_why() or "pushed unsigned, or not by this pipeline")
+            )
+        if not found.signed and not found.unverified:
+            raise NotVerified(
+                f"{label}: none of its {found.count} statements is signed by key {self.key} "
+                f"(they name key {', '.join(sorted(found.others)) or 'none'}…): the wrong public key, or signed by someone else"
+            )
         try:
-            image_config = registry.as_dict(registry_client.blob(config), "the image config")
-        except RegistryDataRefused:
-            return ""
-        labels = image_config.get("config", {}).get("Labels") if isinstance(image_config.get("config"), dict) else None
-        if isinstance(labels, dict) and labels.get(VALIDATION_LABEL) == "passed":
-            return f"its label {VALIDATION_LABEL}=passed is backed by no signature (labels can be written by anyone): a relabelled or foreign image"
-        return ""
+            return deciding_run(found.signed, kinds, label)
+        except NotVerified as err:
+            if not found.unverified:
+                raise
+            raise NotVerified(
+                f"{err}; {len(found.unverified)} naming the key did not verify, e.g. {found.unverified[0]}"
+            ) from None
 
-    runset = signed_statements(registry_client, digest, key, IMAGE_KINDS, label, forged_labels)
-    test: TestResult = runset["test-result"]
-    judge_result(test, policy.require_gpu, label)
-    judge_age(runset, policy, label)
-    if asked is not None:
-        judge_line(runset["provenance"], asked, policy, label)
-    gone = lapsed(runset["vulns"], policy.now.date())
-    if gone:
-        raise NotVerified(f"{label}: accepted advisories have lapsed: {', '.join(gone)}; rebuild it with a fresh audit")
-    if test.image_id != config:
-        raise NotVerified(
-            f"{label}: the proof ran in image {str(test.image_id)[:19]}…, but {digest[:19]}… is image {config[:19]}…"
+    def judge(self, runset: RunSet, label: str, asked: registry.ImageRef | None, index: bool = False) -> None:
+        """The signed result, its age, and (where `asked` names this image or index itself) its line."""
+        judge_result(runset["test-result"], self.policy.require_gpu, label, index)
+        judge_age(runset, self.policy, label)
+        if asked is not None:
+            judge_line(runset["provenance"], asked, self.policy, label)
+
+    def check_image(self, digest: str, body: bytes, label: str, asked: registry.ImageRef | None) -> dict:
+        """One image's statements judged; `asked`: the reference the user gave, when it names this image itself
+        (an index's children are reached through the index, whose provenance answers for the tag)."""
+        config = registry.config_digest(body, label)
+
+        def forged_labels() -> str:
+            """An image whose labels say it passed, with nothing signed behind them: relabelled or foreign."""
+            try:
+                image_config = registry.as_dict(self.client.blob(config), "the image config")
+            except RegistryDataRefused:
+                return ""
+            labels = image_config.get("config", {}).get("Labels") if isinstance(image_config.get("config"), dict) else None
+            if isinstance(labels, dict) and labels.get(VALIDATION_LABEL) == "passed":
+                return f"its label {VALIDATION_LABEL}=passed is backed by no signature (labels can be written by anyone): a relabelled or foreign image"
+            return ""
+
+        runset = self.signed_statements(digest, IMAGE_KINDS, label, forged_labels)
+        test: TestResult = runset["test-result"]
+        self.judge(runset, label, asked)
+        gone = lapsed(runset["vulns"], self.policy.now.date())
+        if gone:
+            raise NotVerified(f"{label}: accepted advisories have lapsed: {', '.join(gone)}; rebuild it with a fresh audit")
+        if test.image_id != config:
+            raise NotVerified(
+                f"{label}: the proof ran in image {str(test.image_id)[:19]}…, but {digest[:19]}… is image {config[:19]}…"
+            )
+        return summary(digest, runset)
+
+    def judge_rollback(self, image: dict, label: str) -> None:
+        """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
+        line, architecture and torch build with a later date names another digest whose statements verify and
+        were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
+        tag is bounded by --max-age."""
+        own = IMMUTABLE.match(image["provenance"]["tags"][0]) if image["provenance"]["tags"] else None
+        if own is None or label.rsplit(":", 1)[-1] == own.string:
+            return  # asked by its immutable tag, or a provenance without one: nothing newer to compare with
+        newer = sorted(
+            (m for m in map(IMMUTABLE.match, self.client.tags()) if m and m["stem"] == own["stem"] and m["arch"] == own["arch"]),
+            key=lambda m: m["date"],
+            reverse=True,
         )
-    return summary(digest, runset)
+        for match in [m for m in newer if m["date"] >= own["date"] and m.string != own.string][:NEWER_CHECKED]:
+            found = self.client.manifest(match.string)
+            if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
+                continue
+            try:
+                other = self.check_image(found[2], found[0], f"{label} (newer {match.string})", None)
+            except NotVerified:
+                continue  # not a newer *signed* build
+            if other["signed_at"] > image["signed_at"]:
+                raise NotVerified(
+                    f"{label}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
+                    f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
+                    "pull by the newer tag, or ask by digest if the older one is wanted"
+                )
+
+
+IMMUTABLE = re.compile(r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)(?P<arch>-(?:amd64|arm64))?$")
+NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
 
 
 def verify(
@@ -289,6 +306,7 @@ def verify(
             f"{err}; verify reads a registry, never this host's images: push it first (`build.py --cuda X --push "
             "--registry HOST:PORT --sign-key KEY`) and verify HOST:PORT/proven-torch:TAG"
         ) from None
+    checker = Verifier(client, key, policy)
     images: list[dict] = []
     record: dict = {
         "verified": True,
@@ -300,10 +318,8 @@ def verify(
     }
     if media in registry.INDEXES:
         label = f"{ref} (index)"
-        runset = signed_statements(client, digest, key, INDEX_KINDS, label)
-        judge_result(runset["test-result"], policy.require_gpu, label, index=True)
-        judge_age(runset, policy, label)
-        judge_line(runset["provenance"], ref, policy, label)
+        runset = checker.signed_statements(digest, INDEX_KINDS, label)
+        checker.judge(runset, label, ref, index=True)
         record["index"] = summary(digest, runset)
         listed = registry.descriptors(registry.as_dict(body, f"{ref}'s index").get("manifests"), f"{ref}'s index")
         vouched = set(runset["test-result"].vouched)
@@ -317,49 +333,14 @@ def verify(
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which the registry does not have")
             if child["digest"] not in vouched:
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which its signed test result does not")
-            images.append(
-                {"platform": name, **check_image(client, child["digest"], child_found[0], key, policy, f"{ref} {name}", None)}
-            )
+            images.append({"platform": name, **checker.check_image(child["digest"], child_found[0], f"{ref} {name}", None)})
         if not images:
             raise NotVerified(f"{ref}: the index lists no image to verify")
     else:
-        images.append(check_image(client, digest, body, key, policy, str(ref), ref))
+        images.append(checker.check_image(digest, body, str(ref), ref))
         if not ref.is_digest:
-            judge_rollback(client, images[0], key, policy, str(ref))
+            checker.judge_rollback(images[0], str(ref))
     return record
-
-
-IMMUTABLE = re.compile(r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)(?P<arch>-(?:amd64|arm64))?$")
-NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
-
-
-def judge_rollback(client: registry.Registry, image: dict, key, policy: Policy, label: str) -> None:
-    """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
-    line, architecture and torch build with a later date names another digest whose statements verify and
-    were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
-    tag is bounded by --max-age."""
-    own = IMMUTABLE.match(image["provenance"]["tags"][0]) if image["provenance"]["tags"] else None
-    if own is None or label.rsplit(":", 1)[-1] == own.string:
-        return  # asked by its immutable tag, or a provenance without one: nothing newer to compare with
-    newer = sorted(
-        (m for m in map(IMMUTABLE.match, client.tags()) if m and m["stem"] == own["stem"] and m["arch"] == own["arch"]),
-        key=lambda m: m["date"],
-        reverse=True,
-    )
-    for match in [m for m in newer if m["date"] >= own["date"] and m.string != own.string][:NEWER_CHECKED]:
-        found = client.manifest(match.string)
-        if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
-            continue
-        try:
-            other = check_image(client, found[2], found[0], key, policy, f"{label} (newer {match.string})", None)
-        except NotVerified:
-            continue  # not a newer *signed* build
-        if other["signed_at"] > image["signed_at"]:
-            raise NotVerified(
-                f"{label}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
-                f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
-                "pull by the newer tag, or ask by digest if the older one is wanted"
-            )
 
 
 def summary(digest: str, runset: RunSet) -> dict:
@@ -368,8 +349,8 @@ def summary(digest: str, runset: RunSet) -> dict:
     out: dict = {
         "digest": digest,
         "run": runset.run,
-        "run_name": runset.by_kind["test-result"].run_name if "test-result" in runset.by_kind else None,
-        "signed_at": f"{runset.signed_at:%Y-%m-%dT%H:%M:%SZ}",
+        "run_name": runset.by_kind["test-result"].run_name,
+        "signed_at": runset.signed_at.strftime(TIME_FORMAT),
         "statements": sorted(runset.by_kind),
         "test_result": dataclasses.asdict(test),
         "provenance": dataclasses.asdict(runset["provenance"]),

@@ -107,16 +107,10 @@ def _skopeo_copy(args: list[str], what: str, start: float) -> None:
 
 
 def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pushed_digest: str | None = None) -> str:
-    """Push the image under ref:tag with zstd layers (skopeo); return the manifest digest.
-
-    The first zstd push of a run reads the image from the Docker daemon (by its
-    local tag, re-checked to name the validated image), compresses its layers
-    into an OCI layout on disk, puts the image's own config back in and uploads
-    that; later tags copy the pushed manifest inside the registry
-    (`pushed_digest`), so nothing is compressed twice. Afterwards the registry's
-    manifest is checked: the validated config (same image ID, same diff IDs),
-    every layer zstd.
-    """
+    """Push the image under ref:tag with zstd layers (skopeo); return the manifest digest. The first zstd push
+    of a run compresses the daemon's image (its local tag re-checked to name the validated image) into an OCI
+    layout with its own config put back; later tags copy that manifest inside the registry (`pushed_digest`),
+    so nothing is compressed twice. What the registry then holds is checked (check_zstd_manifest)."""
     check_tag(client, image_id, ref, local_tag)
     print(f"==> push {ref}:{tag} (zstd)", flush=True)
     start = time.monotonic()
