@@ -68,10 +68,10 @@ class Deadline:
     """One deadline for everything a command asks of registries, each request getting what is left, and
     one byte budget for everything it reads (MAX_READ): a registry cannot keep a command busy or fill it."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float = DEFAULT_DEADLINE, budget: int | None = None):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
-        self.budget = MAX_READ
+        self.budget = MAX_READ if budget is None else budget
 
     def spend(self, count: int, what: str) -> None:
         self.budget -= count
