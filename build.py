@@ -65,7 +65,7 @@ def make_parser() -> tuple[argparse.ArgumentParser, dict[str, list[str]]]:
 
     def add(names: str, *options: str, **settings: Any) -> None:
         for name in names.split():  # a command's own help for a shared flag ("list --json") before the shared one
-            into[name].add_argument(*options, help=HELP.get(f"{name} {options[-1]}", HELP[options[-1]]), **settings)
+            into[name].add_argument(*options, help=HELP.get(f"{name} {options[-1]}") or HELP[options[-1]], **settings)
             flags[name] += [o for o in options if o.startswith("-")]  # positionals are no flag
 
     for option in ("--cuda", "--torch", "--flavor"):  # default None: `lock --check` refuses them when given

@@ -22,7 +22,7 @@ COMMANDS = {
     "diff": "is B safe to roll out instead of A? trust, versions, packages, advisories, size, proof and PPO figures, from the "
     "signed statements and manifests, no layer read (exit 0 no worse, 1 regressions, one line each)",
     "rebuild": "build the revision a pushed, signed image names, cold, in a worktree: REPRODUCED when it gives the same image, "
-    "else the layers that differ and the packages that moved (exit 0 reproduced, 1 differs)",
+    "else the layers that differ, the files in them (--out) and the packages that moved (exit 0 reproduced, 1 differs)",
     "withdraw": "delete a pushed digest whose proof failed, with every tag naming it and its statements (registries delete by digest)",
 }
 EPILOG = (

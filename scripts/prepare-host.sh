@@ -70,7 +70,7 @@ mkdir -p "$LOG_DIR"
 if ! docker info >/dev/null 2>&1 && ! /usr/bin/docker info >/dev/null 2>&1; then
     [[ $(id -u) == 0 ]] || die "Docker daemon is not running and this user cannot start it; start Docker and rerun"
     say "starting dockerd (log: $LOG_DIR/dockerd.log)"
-    nohup dockerd >"$LOG_DIR/dockerd.log" 2>&1 &
+    nohup dockerd >>"$LOG_DIR/dockerd.log" 2>&1 &  # appended: an earlier run's errors stay readable
     for _ in $(seq 1 60); do
         /usr/bin/docker info >/dev/null 2>&1 && break
         sleep 1
@@ -81,6 +81,17 @@ say "Docker Engine: $(/usr/bin/docker version --format '{{.Server.Version}}' 2>/
 
 DOCKER=docker
 docker info >/dev/null 2>&1 || DOCKER=/usr/bin/docker
+
+# --- disk: room for a cold build (and the tests) before anything starts --------
+# A full disk fails a build or a test session halfway, as dozens of unrelated errors; say it first, once.
+# The need is measured (docs/ci.md): a cold `.ci/run` grew Docker's disk by NEED_GB_MEASURED at its peak.
+docker_root=$($DOCKER info --format '{{.DockerRootDir}}')
+free_gb=$(( $(df -Pk "$docker_root" | awk 'NR == 2 { print $4 }') / 1048576 ))
+need_gb=${PROVEN_TORCH_NEED_GB:-$(( TEST_TOOLS ? 30 : 20 ))}
+what="a cold build"
+(( TEST_TOOLS )) && what="a cold build and the tests"
+(( free_gb >= need_gb )) || die "only $free_gb GB free under $docker_root, and $what take about $need_gb GB: free some (\`docker image prune\`, \`docker builder prune\`; the test registry's blobs are under $STATE_DIR/registry) and rerun (PROVEN_TORCH_NEED_GB sets the figure)"
+say "disk: $free_gb GB free under $docker_root (needs about $need_gb)"
 
 # --- 3. host virtual environment (before 2: reading the matrix needs Python only)
 bash scripts/host-venv.sh
