@@ -44,7 +44,12 @@ def config(layers=LAYERS, stamped=True, **own) -> dict:
 
 
 def pushed(**kwargs) -> Pushed:
-    fields = {"ref": ImageRef("127.0.0.1:5000", "p", "t"), "line": "x-cu128", "platform": "linux/amd64", "revision": "1234567" + "0" * 33}
+    fields = {
+        "ref": ImageRef("127.0.0.1:5000", "p", "t"),
+        "line": "x-cu128",
+        "platform": "linux/amd64",
+        "revision": "1234567" + "0" * 33,
+    }
     return Pushed(**{**fields, "config": config(), "packages": SBOM, **kwargs})
 
 
