@@ -155,21 +155,35 @@ def run_log(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("run-log") / "pipeline.log"
 
 
+def pushed_request(matrix, variant, repo: str, report_dir: Path, sign_keys: dict | None = None, **more) -> Request:
+    """A run of `variant` that pushes to the test registry's `repo`, validated on the CPU, signed with the
+    session's keys where given."""
+    key = KeySource(sign_keys["private"], sign_keys["passphrase"]) if sign_keys else None
+    return Request(
+        matrix=matrix,
+        variant=variant,
+        push=True,
+        registry=REGISTRY,
+        repo=repo,
+        ca_cert=ca_cert(),
+        allow_cpu_validation=True,
+        report_dir=report_dir,
+        sign_key=key,
+        **more,
+    )
+
+
 @pytest.fixture(scope="session")
 def pipeline_run(docker, matrix, variant, tmp_path_factory, sign_keys, run_log) -> RunResult | None:
     """Build, validate, push and sign the default variant through the real pipeline."""
     if os.environ.get("PROVEN_TORCH_TEST_IMAGE"):
         return None
-    config = Request(
-        matrix=matrix,
-        variant=variant,
-        push=True,
-        registry=REGISTRY,
-        repo="proven-torch-test",
-        ca_cert=ca_cert(),
-        allow_cpu_validation=True,
-        report_dir=tmp_path_factory.mktemp("reports"),
-        sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]),
+    config = pushed_request(
+        matrix,
+        variant,
+        "proven-torch-test",
+        tmp_path_factory.mktemp("reports"),
+        sign_keys,
         command=("python", "build.py", "--push", "--registry", REGISTRY, "--repo", "proven-torch-test", "--sign-key", "KEY"),
     )
     with run_log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):

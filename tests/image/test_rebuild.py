@@ -12,12 +12,10 @@ import sys
 
 import pytest
 
-from pipeline.attest import KeySource
 from pipeline.line import run
 from pipeline.lock import lock_dir
-from pipeline.request import Request
 from pipeline.variants import REPO_ROOT, resolve
-from tests.image.conftest import REGISTRY, ca_cert
+from tests.image.conftest import ca_cert, pushed_request
 
 pytestmark = [pytest.mark.image, pytest.mark.lines]
 
@@ -87,17 +85,8 @@ def signed_flavor(docker, matrix, pipeline_run, sign_keys, tmp_path_factory) -> 
     """The rlhf flavor built on the session's base, validated, pushed and signed with the session's key."""
     if pipeline_run is None:
         pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
-    config = Request(
-        matrix=matrix,
-        variant=resolve(matrix, matrix.default_cuda, flavor="rlhf"),
-        push=True,
-        registry=REGISTRY,
-        repo="proven-torch-test-rebuild",
-        ca_cert=ca_cert(),
-        allow_cpu_validation=True,
-        report_dir=tmp_path_factory.mktemp("rebuild-flavor-reports"),
-        sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]),
-    )
+    flavor = resolve(matrix, matrix.default_cuda, flavor="rlhf")
+    config = pushed_request(matrix, flavor, "proven-torch-test-rebuild", tmp_path_factory.mktemp("flavor"), sign_keys)
     ref, digest = next(iter(run(config).pushed.items()))
     return f"{ref.rsplit(':', 1)[0]}@{digest}"
 

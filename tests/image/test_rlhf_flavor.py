@@ -18,12 +18,11 @@ from pipeline.errors import ValidationFailed
 from pipeline.line import run
 from pipeline.publish import UNSIGNED
 from pipeline.render import render_spec
-from pipeline.request import Request
 from pipeline.stamp import validate_and_tag
 from pipeline.target import Target
 from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, resolve
-from tests.image.conftest import REGISTRY, ca_cert, registry_manifest
+from tests.image.conftest import REGISTRY, ca_cert, pushed_request, registry_manifest
 from tests.image.tracked_container import TrackedContainer
 
 pytestmark = pytest.mark.image
@@ -41,17 +40,7 @@ def rlhf_run(docker, matrix, rlhf, pipeline_run, tmp_path_factory):
     """The flavor built, validated and pushed after the base (pipeline_run) reached the same repository."""
     if pipeline_run is None:
         pytest.skip("PROVEN_TORCH_TEST_IMAGE given: the pipeline runs were skipped")
-    config = Request(
-        matrix=matrix,
-        variant=rlhf,
-        push=True,
-        registry=REGISTRY,
-        repo=REPO,
-        ca_cert=ca_cert(),
-        allow_cpu_validation=True,
-        report_dir=tmp_path_factory.mktemp("rlhf-reports"),
-    )
-    return run(config)
+    return run(pushed_request(matrix, rlhf, REPO, tmp_path_factory.mktemp("rlhf-reports")))
 
 
 @pytest.fixture(scope="module")
