@@ -1,13 +1,5 @@
-"""Validate a built image: named stages, cheapest first, stopping at the first that fails.
-
-    labels, spec and size → hygiene scan → SBOM and audit → proof
-
-The last stage is the image's own `proof` command (smoke/proof.py), run through
-the image's entrypoint as a user runs it, with every GPU of the host; the host
-decides only whether a GPU is required and collects proof.json. The other
-stages read the image from outside or run the image's own tools
-(container/hygiene_scan.py, container/sbom_inventory.py).
-"""
+"""Validate a built image: named stages, cheapest first, stopping at the first that fails (the README's
+"Stages, in order"); the last is the image's own `proof`, run through its entrypoint as a user runs it."""
 
 from __future__ import annotations
 
