@@ -19,12 +19,12 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     write nothing and raise UsageError naming the committed files that are stale; the lines to print."""
     disclosures = audit.disclosures(every_variant(matrix))
     docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
+    changed = [path for path, text in docs.items() if path.read_text() != text]
     if not check:
-        changed = [path for path, text in docs.items() if path.read_text() != text]
         for path in changed:
             path.write_text(docs[path])
         return wrote([*render_all(matrix, disclosures), *changed])
-    stale = stale_files(matrix, disclosures) + [path for path, text in docs.items() if path.read_text() != text]
+    stale = stale_files(matrix, disclosures) + changed
     if stale:
         names = ", ".join(p.name for p in stale)
         raise UsageError(

@@ -1,28 +1,5 @@
-"""Hash-locked dependencies: one lock per variant, resolved with uv, split into layers.
-
-`python build.py lock --cuda 12.8` resolves the variant's pins (torch,
-torchvision, torchaudio and [packages]) for the image's Python, once per platform
-the line lists, against the variant's wheel index, with a sha256 for every file,
-and writes each as a few requirement files, one per image layer:
-
-    images/locks/2.9-cu128/amd64/1-cuda-libs-a.txt   cuDNN, cuBLAS           (largest wheels)
-    images/locks/2.9-cu128/amd64/2-cuda-libs-b.txt   the other nvidia-* wheels
-    images/locks/2.9-cu128/amd64/3-torch.txt         torch, triton
-    images/locks/2.9-cu128/amd64/4-packages.txt      everything else
-
-(arm64/ beside amd64/ for a multi-arch line; the Dockerfile picks the folder with
-BuildKit's TARGETARCH). Every manylinux tag of the platform up to bookworm's glibc
-is accepted (uv's --python-platform ARCH-manylinux_2_36).
-
-Each layer installs its file with `pip install --no-deps --require-hashes`, so
-the big CUDA wheels push in parallel and a change to JupyterLab rebuilds only the
-last one. `inputs.sha256` beside them holds a digest of the lock's inputs;
-`lock --check` recomputes it offline and fails when the matrix changed since
-the lock was made. (It is a file of its own, not a line in each layer file, so
-a new JupyterLab pin leaves the CUDA layers' files, and their cache, untouched.)
-`resolved_before` in the matrix freezes resolution in time, so the same matrix
-gives the same lock.
-"""
+"""Hash-locked dependencies: one lock per variant and platform, resolved with uv, split into one
+requirement file per image layer (docs/supply-chain.md, "Hash-locked dependencies", says how and why)."""
 
 from __future__ import annotations
 
@@ -66,13 +43,9 @@ class LockStatus:
     state: str  # "fresh", "stale", "missing"
 
 
-def line_dir(name: str, root: Path = LOCK_ROOT) -> Path:
-    """The folder of one line's locks: one subfolder per platform (images/locks/2.11-cu130/arm64/)."""
-    return root / name
-
-
 def lock_dir(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> Path:
-    return line_dir(variant.name, root) / arch(platform)
+    """The folder of one line's lock for `platform`: images/locks/2.11-cu130/arm64/."""
+    return root / variant.name / arch(platform)
 
 
 def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
@@ -89,15 +62,20 @@ def _read_pins(files: list[Path]) -> dict[str, str]:
     return pins
 
 
+def _base_files(variant: Variant, root: Path, platform: str) -> list[Path]:
+    """The lock files of the line's base (the line itself, or a flavor's base line) for `platform`."""
+    return [root / variant.base_name / arch(platform) / file for file, _ in LAYERS]
+
+
 def base_pins(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> dict[str, str]:
     """{name: version} of everything the flavor's base line installs on `platform`, read from its lock."""
-    return _read_pins([line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS])
+    return _read_pins(_base_files(variant, root, platform))
 
 
 def locked_packages(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[tuple[str, str]] | None:
     """(name, version) of every package the line's committed lock for `platform` installs (a flavor's:
     its base's and its own); None when the line has no committed lock."""
-    files = [line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS]
+    files = _base_files(variant, root, platform)
     if variant.flavored:
         files += [lock_dir(variant, root, platform) / file for file, _ in layers(variant)]
     if not all(path.exists() for path in files):
