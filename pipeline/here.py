@@ -84,13 +84,8 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
 
 
 def build_command(matrix: Matrix, variant: Variant) -> str:
-    """The `build.py` command that builds `variant` (the matrix's first torch line of a CUDA line needs no --torch)."""
-    first = next(v for v in matrix.variants if v.cuda == variant.cuda)
-    return (
-        f"python build.py --cuda {variant.cuda}"
-        + ("" if first.torch_minor == variant.torch_minor else f" --torch {variant.torch_minor}")
-        + (f" --flavor {variant.flavor}" if variant.flavored else "")
-    )
+    """The `build.py` command that builds `variant`."""
+    return f"python build.py {matrix.build_flags(variant)}"
 
 
 def _pypi_lines(matrix: Matrix, variant: Variant) -> str:
