@@ -1,11 +1,5 @@
-"""`build.py matrix`: build and prove every line this host can build, one after another.
-
-Each line goes through the same pipeline as `build.py --cuda X` (build, validate,
-tag; no push). A line whose wheel index this host cannot reach is not built: the
-table says so and names what the host can build instead. After its proof each
-line's images are removed (unless `--keep`), so the disk holds one line at a time.
-The summary is one table, Markdown and JSON, under the report folder.
-"""
+"""`build.py matrix`: build and prove every line this host can build, one after another (docs/benchmarks.md,
+"The matrix"); a line's images removed after its proof unless `--keep`; one summary table, Markdown and JSON."""
 
 from __future__ import annotations
 

@@ -122,11 +122,8 @@ def _uv() -> str:
 
 
 def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str:
-    """Resolve the variant for `platform` with uv; return the full lock (requirements format with hashes).
-
-    A flavor resolves with its base line's lock as constraints (torch and everything
-    else stay exactly the base's) and keeps only what the base does not install.
-    """
+    """The variant's full lock for `platform`, resolved with uv (requirements format with hashes); a flavor's
+    resolves with its base's lock as constraints and keeps only what the base does not install."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "requirements.in"
         src.write_text(requirements_in(variant, platform))

@@ -380,9 +380,7 @@ _KEPT = ("id", "aliases", "package", "version", "severity", "accepted", "affects
 
 
 def disclosure(variant, records: list[dict], allowlist: list[Allowed], source: str, as_of: dt.date | None) -> dict:
-    """Every known advisory the line carries, by the given records and allowlist: the build gate's audit
-    over the line's whole lock (its pins where it has no committed lock). What render writes into each
-    line's spec and `build.py list` shows."""
+    """carried() as render writes it into each line's spec and `build.py list` shows it."""
     # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
     # so the rendered file does not change with the date (the build's audit applies it).
     rows = carried(variant, records, allowlist, today=dt.date.min)
