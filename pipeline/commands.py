@@ -1,8 +1,6 @@
 """The commands whose work spans stages, so no stage module owns them: `render` (the Dockerfiles and
 specs, with each line's advisories from the audit, and the docs' example output from real logs) and
-`lock` (resolve, then render again).
-build.py dispatches here; the other commands go straight to their module (line, all_lines,
-listing, verify, publish, attest)."""
+`lock` (resolve, then render again)."""
 
 from __future__ import annotations
 

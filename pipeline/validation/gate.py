@@ -136,10 +136,8 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
         spec = json.loads(baked)
     except ValueError:
         return f"the image's {SPEC_IN_IMAGE} is not JSON"
-    want = variant.spec()
-    differ = sorted(
-        k for k in set(want["expect"]) | set(spec.get("expect", {})) if want["expect"].get(k) != spec.get("expect", {}).get(k)
-    )
+    want, got = variant.spec(), spec.get("expect", {})
+    differ = sorted(k for k in set(want["expect"]) | set(got) if want["expect"].get(k) != got.get(k))
     differ += ["ppo_gate"] if spec.get("ppo_gate") != want["ppo_gate"] else []
     if differ:
         return (
