@@ -41,13 +41,8 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
     """Each variant's answer, by name."""
     indexes = sorted({v.index for v in variants if not v.uses_pypi})
     with concurrent.futures.ThreadPoolExecutor(max(1, len(indexes))) as pool:
-        reach = dict(
-            zip(
-                indexes,
-                pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes),
-                strict=True,
-            )
-        )
+        probes = pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes)
+        reach = dict(zip(indexes, probes, strict=True))
     try:
         tags = {t for image in docker_env.docker_client().images.list(name=matrix.name) for t in image.tags}
         docker = ""

@@ -203,11 +203,6 @@ def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platfo
     return LockStatus(variant.name, platform, "fresh" if fresh else "stale")
 
 
-def lock_statuses(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> list[LockStatus]:
-    """The line's lock state on each of its platforms."""
-    return [lock_status(matrix, variant, root, platform) for platform in variant.platforms]
-
-
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
     """Every platform of the line has its lock files (a multi-arch line is locked for all, or is not locked)."""
     return all((lock_dir(variant, root, p) / file).exists() for p in variant.platforms for file, _ in layers(variant))
@@ -215,7 +210,7 @@ def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
 
 def check_locks(matrix: Matrix) -> int:
     """`build.py lock --check`, offline: print every line's lock state on each platform; UsageError naming the stale ones."""
-    statuses = [s for v in [*matrix.variants, *matrix.flavored_variants()] for s in lock_statuses(matrix, v)]
+    statuses = [lock_status(matrix, v, platform=p) for v in [*matrix.variants, *matrix.flavored_variants()] for p in v.platforms]
     for status in statuses:
         print(f"{status.variant} ({arch(status.platform)}): {status.state}")
     stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]
