@@ -33,6 +33,8 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("3-torch.txt", r"(torch|triton)"),
     ("4-packages.txt", r".*"),
 )
+# The inputs' digest is a file of its own, not a line in each layer's: a new pin leaves the CUDA layers' files
+# (and their cache) as they are.
 DIGEST_FILE = "inputs.sha256"
 
 
