@@ -1,5 +1,6 @@
 """`build.py matrix`: build and prove every line this host can build, one after another (docs/benchmarks.md,
-"The matrix"); a line's images removed after its proof unless `--keep`; one summary table, Markdown and JSON."""
+"The matrix"); a line's images removed after its proof unless `--keep`, so the disk holds one line at a time;
+one summary table, Markdown and JSON."""
 
 from __future__ import annotations
 
