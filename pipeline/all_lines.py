@@ -1,11 +1,6 @@
-"""`build.py matrix`: build and prove every line this host can build, one after another.
-
-Each line goes through the same pipeline as `build.py --cuda X` (build, validate,
-tag; no push). A line whose wheel index this host cannot reach is not built: the
-table says so and names what the host can build instead. After its proof each
-line's images are removed (unless `--keep`), so the disk holds one line at a time.
-The summary is one table, Markdown and JSON, under the report folder.
-"""
+"""`build.py matrix`: build and prove every line this host can build, one after another (docs/benchmarks.md,
+"The matrix"); a line's images removed after its proof unless `--keep`, so the disk holds one line at a time;
+one summary table, Markdown and JSON."""
 
 from __future__ import annotations
 
@@ -40,12 +35,6 @@ class LineResult:
     advisories: str = ""
 
 
-def chosen_lines(matrix: Matrix, names: list[str] | None) -> list[Variant]:
-    if not names:
-        return list(matrix.variants)
-    return [matrix.by_name(name) for name in names]  # by_name refuses an unknown one with the list
-
-
 def _row(variant: Variant, status: str, report: Report | None, detail: str = "") -> LineResult:
     validation = report.validation if report else {}
     size = (validation.get("size") or {}).get("uncompressed_bytes")
@@ -65,11 +54,6 @@ def _row(variant: Variant, status: str, report: Report | None, detail: str = "")
         ppo_gate_seconds=ppo.get("wall_seconds"),
         advisories=advisories,
     )
-
-
-def _latest_report(report_dir: Path, variant: Variant) -> Report | None:
-    runs = line_reports(report_dir / variant.name)
-    return Report.load(runs[-1]) if runs else None
 
 
 def _remove_images(result) -> None:
@@ -94,7 +78,7 @@ def run_matrix(matrix: Matrix, base_config, names: list[str] | None, keep: bool)
     """Build and prove each chosen line in turn; a failed line does not stop the others, Ctrl-C stops all."""
     rows: list[LineResult] = []
     kept: list[str] = []
-    for variant in chosen_lines(matrix, names):
+    for variant in [matrix.by_name(name) for name in names] if names else matrix.variants:  # by_name refuses an unknown one
         try:
             rows.append(_run_line(matrix, base_config, variant, keep, kept))
         except (Interrupted, KeyboardInterrupt) as err:
@@ -115,7 +99,8 @@ def _run_line(matrix: Matrix, base_config, variant: Variant, keep: bool, kept: l
     except (UsageError, Interrupted):
         raise
     except PipelineError as err:
-        return _row(variant, "failed", _latest_report(base_config.report_dir, variant), str(err))
+        runs = line_reports(base_config.report_dir / variant.name)
+        return _row(variant, "failed", Report.load(runs[-1]) if runs else None, str(err))
     report = Report.load(result.report_path)
     if keep:
         kept.extend(result.tags)

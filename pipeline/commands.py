@@ -1,8 +1,6 @@
 """The commands whose work spans stages, so no stage module owns them: `render` (the Dockerfiles and
 specs, with each line's advisories from the audit, and the docs' example output from real logs) and
-`lock` (resolve, then render again).
-build.py dispatches here; the other commands go straight to their module (line, all_lines,
-listing, verify, publish, attest)."""
+`lock` (resolve, then render again)."""
 
 from __future__ import annotations
 
@@ -19,12 +17,12 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     write nothing and raise UsageError naming the committed files that are stale; the lines to print."""
     disclosures = audit.disclosures(every_variant(matrix))
     docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
+    changed = [path for path, text in docs.items() if path.read_text() != text]
     if not check:
-        changed = [path for path, text in docs.items() if path.read_text() != text]
         for path in changed:
             path.write_text(docs[path])
         return wrote([*render_all(matrix, disclosures), *changed])
-    stale = stale_files(matrix, disclosures) + [path for path, text in docs.items() if path.read_text() != text]
+    stale = stale_files(matrix, disclosures) + changed
     if stale:
         names = ", ".join(p.name for p in stale)
         raise UsageError(

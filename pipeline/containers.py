@@ -111,9 +111,8 @@ def run_in_image(client, image_id: str, command: list[str], **options: Unpack[Ru
     timer = threading.Timer(timeout_s, kill_at_deadline)
     streamed: list[str] = []
     try:
-        with step(
-            options.get("what", "a step")
-        ):  # Ctrl-C: Interrupted naming the step; the container is removed below either way
+        # Ctrl-C: Interrupted naming the step; the container is removed below either way
+        with step(options.get("what", "a step")):
             container.start()
             timer.start()
             if stream:

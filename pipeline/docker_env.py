@@ -24,9 +24,7 @@ class BuildCli:
     description: str
 
     def environ(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(dict(self.env))
-        return env
+        return {**os.environ, **dict(self.env)}
 
 
 def _run_quiet(argv: list[str]):

@@ -1,8 +1,5 @@
-"""Typed errors of the build pipeline, each with its documented exit code.
-
-Library code raises these; build.py's main() turns them into one line on
-stderr and the exit code below. The README's "Exit codes" table lists them.
-"""
+"""Typed errors of the build pipeline: build.py's main() prints `str(err)` as one line on stderr and exits
+with the class's code (what each means: EXIT_CODES below, which `--help` and the README list)."""
 
 from __future__ import annotations
 
@@ -10,13 +7,11 @@ from common import cli
 
 
 class PipelineError(cli.CommandError):
-    """Base class: `str(err)` is the one line shown to the user; exit 1 (common.cli's EXIT_FAILED)
-    unless a subclass says otherwise."""
+    """Exit 1 (common.cli's EXIT_FAILED) unless a subclass says otherwise."""
 
 
 class UsageError(PipelineError, cli.UsageError):
-    """Bad input: unknown CUDA line, a combination that does not exist, a missing file. Exit 2:
-    common.cli's one usage error, as a pipeline error."""
+    """common.cli's one usage error (exit 2), as a pipeline error."""
 
 
 class MatrixError(PipelineError):
@@ -50,16 +45,14 @@ class PushFailed(PipelineError):
 
 
 class NotVerified(PipelineError):
-    """`build.py verify`: a signature, a subject or a result did not hold; the message names the
-    statement and why."""
+    """`build.py verify`: a signature, a subject or a result did not hold; `sign`: refused."""
 
     exit_code = 1
 
 
 class RegistryDataRefused(NotVerified):
-    """What a registry sent cannot be read safely: too large, too deep, too many pages or referrers,
-    a link to another host, a digest that does not match, JSON of the wrong shape. Exit 1, like any
-    other reason not to verify; the line starts "registry data refused"."""
+    """What a registry sent cannot be read safely (too large, too deep, a link to another host, a digest
+    that does not match, JSON of the wrong shape): not verified, the line starting "registry data refused"."""
 
     def __init__(self, message: str):
         super().__init__(f"registry data refused: {message}")
@@ -72,9 +65,7 @@ class RegistryUnreachable(PipelineError):
 
 
 class Interrupted(PipelineError):
-    """Ctrl-C: the running step and its processes were stopped. The message names the step
-    (pipeline.hostprocs.step) and what the run had already tagged or pushed (pipeline.line,
-    pipeline.all_lines: only they know)."""
+    """Ctrl-C: the running step and its processes were stopped (pipeline/hostprocs.py says who names what)."""
 
     exit_code = 130
 

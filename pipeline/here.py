@@ -6,7 +6,7 @@ and what it would validate on (a GPU, or the CPU only). Probed only when asked; 
 from __future__ import annotations
 
 import concurrent.futures
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.deadlines import DEADLINES
@@ -41,13 +41,8 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
     """Each variant's answer, by name."""
     indexes = sorted({v.index for v in variants if not v.uses_pypi})
     with concurrent.futures.ThreadPoolExecutor(max(1, len(indexes))) as pool:
-        reach = dict(
-            zip(
-                indexes,
-                pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes),
-                strict=True,
-            )
-        )
+        probes = pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes)
+        reach = dict(zip(indexes, probes, strict=True))
     try:
         tags = {t for image in docker_env.docker_client().images.list(name=matrix.name) for t in image.tags}
         docker = ""
@@ -67,43 +62,25 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
             for p in v.platforms
         }
         if docker:
-            out[v.name] = Here(False, f"no Docker here ({docker})", "run `bash scripts/prepare-host.sh`", platforms, validates_on)
-        elif (why := reach.get(v.index)) is not None:
-            out[v.name] = Here(
-                False,
-                f"its wheel index {v.index} is unreachable from this host ({why})",
-                "the release workflow builds it (.github/workflows/release.yml), or a host that reaches the index; "
-                f"{_pypi_lines(matrix, v)}",
-                platforms,
-                validates_on,
-            )
+            why, fix = f"no Docker here ({docker})", "run `bash scripts/prepare-host.sh`"
+        elif (unreachable := reach.get(v.index)) is not None:
+            why = f"its wheel index {v.index} is unreachable from this host ({unreachable})"
+            fix = "the release workflow builds it (.github/workflows/release.yml), or a host that reaches the index; "
+            fix += _pypi_lines(matrix, v)
         elif all(w.startswith("no") for w in platforms.values()):
-            out[v.name] = Here(
-                False, "no platform of it runs here", "run `sudo bash scripts/prepare-host.sh --arm64`", platforms, validates_on
-            )
+            why, fix = "no platform of it runs here", "run `sudo bash scripts/prepare-host.sh --arm64`"
         else:
-            fix = (
-                ""
-                if all(w != "no" and not w.startswith("no") for w in platforms.values())
-                else "other platforms: `sudo bash scripts/prepare-host.sh --arm64`"
-            )
-            out[v.name] = Here(True, "", fix, platforms, validates_on)
+            others = any(w.startswith("no") for w in platforms.values())
+            why, fix = "", "other platforms: `sudo bash scripts/prepare-host.sh --arm64`" if others else ""
         built = f"{matrix.name}:{v.name}" if f"{matrix.name}:{v.name}" in tags else ""
-        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}"
-        out[v.name] = replace(
-            out[v.name], built=built, next=run if built else build_command(matrix, v) if out[v.name].buildable else ""
-        )
+        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else build_command(matrix, v) if not why else ""
+        out[v.name] = Here(not why, why, fix, platforms, validates_on, built, run)
     return out
 
 
 def build_command(matrix: Matrix, variant: Variant) -> str:
-    """The `build.py` command that builds `variant` (the matrix's first torch line of a CUDA line needs no --torch)."""
-    first = next(v for v in matrix.variants if v.cuda == variant.cuda)
-    return (
-        f"python build.py --cuda {variant.cuda}"
-        + ("" if first.torch_minor == variant.torch_minor else f" --torch {variant.torch_minor}")
-        + (f" --flavor {variant.flavor}" if variant.flavored else "")
-    )
+    """The `build.py` command that builds `variant`."""
+    return f"python build.py {matrix.build_flags(variant)}"
 
 
 def _pypi_lines(matrix: Matrix, variant: Variant) -> str:

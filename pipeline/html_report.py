@@ -155,23 +155,15 @@ def render_page(report: dict, run_dir: Path) -> str:
         parts.append(f"<tr><th>{key}</th><td>{_e(pins.get(key))}</td><td>{_e(facts.get(key))}</td></tr>")
     parts.append("</table>")
     if size:
+        compressed = ", ".join(f"{n / GB:.2f} GB ({form})" for form, n in (push.get("compressed_bytes") or {}).items())
+        size_rows = [
+            ("uncompressed", f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)"),
+            ("compressed (registry)", compressed or "not pushed"),
+            ("layers", _e(size.get("layers"))),
+        ]
         parts.append(
             "<h2>Size</h2><table>"
-            + _rows(
-                [
-                    (
-                        "uncompressed",
-                        f"{size.get('uncompressed_bytes', 0) / GB:.2f} GB (budget {_e(pins.get('size_budget_gb'))} GB)",
-                    ),
-                    (
-                        "compressed (registry)",
-                        ", ".join(f"{n / GB:.2f} GB ({form})" for form, n in push["compressed_bytes"].items())
-                        if push.get("compressed_bytes")
-                        else "not pushed",
-                    ),
-                    ("layers", _e(size.get("layers"))),
-                ]
-            )
+            + _rows(size_rows)
             + "</table><table><tr><th>largest layers</th><th>bytes</th></tr>"
             + "".join(
                 f"<tr><td>{_e(layer.get('name') or layer['created_by'][:110])}</td><td>{layer['bytes'] / GB:.2f} GB</td></tr>"

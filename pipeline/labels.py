@@ -1,12 +1,6 @@
-"""Image labels: checked against the pins and the image's own facts, then stamped.
-
-The build sets the static labels (versions, OCI title/description/licenses) and
-the per-build ones (source, revision, created). After validation passed, `stamp`
-adds what only validation knows (result, report digest, version tag, GPU or not,
-the accepted advisories, the release's PPO figures, also as PROVEN_TORCH_RELEASE
-for `proof`) in a config-only image: FROM the validated image, LABEL and ENV, no
-RUN, so its layers are the validated image's layers, which `stamp` checks.
-"""
+"""Image labels (docs/supply-chain.md, "Labels"): checked against the pins and the image's own facts, then
+what only validation knows stamped on a config-only child (FROM the validated image, LABEL and ENV, no RUN),
+whose layers `stamp` checks are the validated image's."""
 
 from __future__ import annotations
 

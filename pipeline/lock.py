@@ -1,28 +1,5 @@
-"""Hash-locked dependencies: one lock per variant, resolved with uv, split into layers.
-
-`python build.py lock --cuda 12.8` resolves the variant's pins (torch,
-torchvision, torchaudio and [packages]) for the image's Python, once per platform
-the line lists, against the variant's wheel index, with a sha256 for every file,
-and writes each as a few requirement files, one per image layer:
-
-    images/locks/2.9-cu128/amd64/1-cuda-libs-a.txt   cuDNN, cuBLAS           (largest wheels)
-    images/locks/2.9-cu128/amd64/2-cuda-libs-b.txt   the other nvidia-* wheels
-    images/locks/2.9-cu128/amd64/3-torch.txt         torch, triton
-    images/locks/2.9-cu128/amd64/4-packages.txt      everything else
-
-(arm64/ beside amd64/ for a multi-arch line; the Dockerfile picks the folder with
-BuildKit's TARGETARCH). Every manylinux tag of the platform up to bookworm's glibc
-is accepted (uv's --python-platform ARCH-manylinux_2_36).
-
-Each layer installs its file with `pip install --no-deps --require-hashes`, so
-the big CUDA wheels push in parallel and a change to JupyterLab rebuilds only the
-last one. `inputs.sha256` beside them holds a digest of the lock's inputs;
-`lock --check` recomputes it offline and fails when the matrix changed since
-the lock was made. (It is a file of its own, not a line in each layer file, so
-a new JupyterLab pin leaves the CUDA layers' files, and their cache, untouched.)
-`resolved_before` in the matrix freezes resolution in time, so the same matrix
-gives the same lock.
-"""
+"""Hash-locked dependencies: one lock per variant and platform, resolved with uv, split into one
+requirement file per image layer (docs/supply-chain.md, "Hash-locked dependencies", says how and why)."""
 
 from __future__ import annotations
 
@@ -56,6 +33,8 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("3-torch.txt", r"(torch|triton)"),
     ("4-packages.txt", r".*"),
 )
+# The inputs' digest is a file of its own, not a line in each layer's: a new pin leaves the CUDA layers' files
+# (and their cache) as they are.
 DIGEST_FILE = "inputs.sha256"
 
 
@@ -66,13 +45,9 @@ class LockStatus:
     state: str  # "fresh", "stale", "missing"
 
 
-def line_dir(name: str, root: Path = LOCK_ROOT) -> Path:
-    """The folder of one line's locks: one subfolder per platform (images/locks/2.11-cu130/arm64/)."""
-    return root / name
-
-
 def lock_dir(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> Path:
-    return line_dir(variant.name, root) / arch(platform)
+    """The folder of one line's lock for `platform`: images/locks/2.11-cu130/arm64/."""
+    return root / variant.name / arch(platform)
 
 
 def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
@@ -89,15 +64,20 @@ def _read_pins(files: list[Path]) -> dict[str, str]:
     return pins
 
 
+def _base_files(variant: Variant, root: Path, platform: str) -> list[Path]:
+    """The lock files of the line's base (the line itself, or a flavor's base line) for `platform`."""
+    return [root / variant.base_name / arch(platform) / file for file, _ in LAYERS]
+
+
 def base_pins(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> dict[str, str]:
     """{name: version} of everything the flavor's base line installs on `platform`, read from its lock."""
-    return _read_pins([line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS])
+    return _read_pins(_base_files(variant, root, platform))
 
 
 def locked_packages(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[tuple[str, str]] | None:
     """(name, version) of every package the line's committed lock for `platform` installs (a flavor's:
     its base's and its own); None when the line has no committed lock."""
-    files = [line_dir(variant.base_name, root) / arch(platform) / file for file, _ in LAYERS]
+    files = _base_files(variant, root, platform)
     if variant.flavored:
         files += [lock_dir(variant, root, platform) / file for file, _ in layers(variant)]
     if not all(path.exists() for path in files):
@@ -144,11 +124,8 @@ def _uv() -> str:
 
 
 def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str:
-    """Resolve the variant for `platform` with uv; return the full lock (requirements format with hashes).
-
-    A flavor resolves with its base line's lock as constraints (torch and everything
-    else stay exactly the base's) and keeps only what the base does not install.
-    """
+    """The variant's full lock for `platform`, resolved with uv (requirements format with hashes); a flavor's
+    resolves with its base's lock as constraints and keeps only what the base does not install."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "requirements.in"
         src.write_text(requirements_in(variant, platform))
@@ -228,11 +205,6 @@ def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platfo
     return LockStatus(variant.name, platform, "fresh" if fresh else "stale")
 
 
-def lock_statuses(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT) -> list[LockStatus]:
-    """The line's lock state on each of its platforms."""
-    return [lock_status(matrix, variant, root, platform) for platform in variant.platforms]
-
-
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
     """Every platform of the line has its lock files (a multi-arch line is locked for all, or is not locked)."""
     return all((lock_dir(variant, root, p) / file).exists() for p in variant.platforms for file, _ in layers(variant))
@@ -240,7 +212,7 @@ def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
 
 def check_locks(matrix: Matrix) -> int:
     """`build.py lock --check`, offline: print every line's lock state on each platform; UsageError naming the stale ones."""
-    statuses = [s for v in [*matrix.variants, *matrix.flavored_variants()] for s in lock_statuses(matrix, v)]
+    statuses = [lock_status(matrix, v, platform=p) for v in [*matrix.variants, *matrix.flavored_variants()] for p in v.platforms]
     for status in statuses:
         print(f"{status.variant} ({arch(status.platform)}): {status.state}")
     stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]

@@ -8,9 +8,7 @@
                                 container by whatever ran it (a container cannot know its own digest)
 
 A file that is missing, not JSON, or has a field of the wrong type is one line naming the file and the
-field (UsageError, exit 2). `bind` is the check `build.py sign` makes before anything is signed: the
-pushed digest's config is the stamped image, the proof ran in that image, for that line, and listed
-every check. Standard library only (the signer process imports it too).
+field (UsageError, exit 2). Standard library only (the signer process imports it too).
 """
 
 from __future__ import annotations
@@ -300,11 +298,9 @@ class Registered:
 
 
 def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require_gpu: bool) -> None:
-    """Refuse to sign unless everything names one image and one line: the pushed digest's config (read from
-    the registry) is the report's stamped image and facts.json's; validation.json (and so its proof, its audit
-    and the SBOM's hash) is the record stamped into that config; the proof ran in that image (or, the build's
-    own, in the validated image the stamped one was made from), is of the report's line, passed and lists
-    every check; with require_gpu, every GPU check and the GPU gate passed."""
+    """`build.py sign`'s check before anything is signed: refused unless the pushed digest, the report, the
+    facts, the stamped validation record, its SBOM and the proof all name one image and one line, and the
+    proof passed and lists every check (with require_gpu, every GPU check and the GPU gate too)."""
     digest, config = pushed.digest, pushed.config
     if digest not in report.pushed.values() or report.status != "pushed":
         names = ", ".join(report.pushed.values()) or "none"

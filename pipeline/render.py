@@ -1,14 +1,5 @@
-"""Render one Dockerfile per CUDA line and one spec per variant from images/.
-
-The Dockerfiles are rendered from images/Dockerfile.template (and, per torch line, a
-stage from images/Dockerfile.torch-stage.template) and committed at the top level:
-Dockerfile.cu121 builds every torch line of CUDA 12.1, the build argument TORCH picking
-one (default: the line `--cuda 12.1` builds); a flavor's is Dockerfile.cu128-rlhf.
-The specs (images/expect/2.9-cu128.json, ...) are what each image must prove, baked
-into it for `proof` and `python -m smoke`.
-`python build.py render --check` fails when a committed file differs from what
-the template and the matrix make now (CI runs it).
-"""
+"""Render one Dockerfile per CUDA line (a stage per torch line, the build argument TORCH picking one;
+Dockerfile.cu128-rlhf for a flavor) and one spec per variant from images/; `render --check` fails on drift."""
 
 from __future__ import annotations
 
@@ -194,14 +185,6 @@ def render_spec(variant: Variant, advisories: dict) -> str:
     return json.dumps({**variant.spec(), "advisories": advisories}, indent=2, sort_keys=True) + "\n"
 
 
-def rendered_files(matrix: Matrix, variant: Variant, advisories: dict) -> dict[Path, str]:
-    """Every file `render` writes for a variant, relative to the repository root: its Dockerfile and its spec."""
-    return {
-        dockerfile_path(variant, Path()): render(matrix, variant),
-        spec_path(variant, Path()): render_spec(variant, advisories),
-    }
-
-
 def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     """The flavor's one pip layer: its lock installed, then the image's pip constraint rewritten."""
     file = layers(variant)[0][0]
@@ -281,30 +264,33 @@ def every_variant(matrix: Matrix) -> list[Variant]:
     return [*matrix.variants, *matrix.flavored_variants()]
 
 
+def rendered_files(
+    matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT, variants: list[Variant] | None = None
+) -> list[tuple[Path, str]]:
+    """(path under `root`, text) of every file `render` writes: each variant's Dockerfile and its spec
+    (`disclosures`: variant name -> its advisories section, audit.disclosures)."""
+    files = []
+    for variant in variants or every_variant(matrix):
+        files.append((dockerfile_path(variant, root), render(matrix, variant)))
+        files.append((spec_path(variant, root), render_spec(variant, disclosures[variant.name])))
+    return files
+
+
 def render_all(matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT) -> list[Path]:
-    """Write every variant's Dockerfile and spec (`disclosures`: variant name -> its advisories section,
-    audit.disclosures); return the paths written."""
-    written = []
-    for variant in every_variant(matrix):
-        for rel, text in rendered_files(matrix, variant, disclosures[variant.name]).items():
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            written.append(path)
-    return written
+    """Write every variant's Dockerfile and spec; return the paths written."""
+    files = rendered_files(matrix, disclosures, root)
+    for path, text in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return [path for path, _ in files]
 
 
 def stale_files(
     matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT, variants: list[Variant] | None = None
 ) -> list[Path]:
     """The committed generated files that differ from a fresh render (or are missing)."""
-    stale = []
-    for variant in variants or every_variant(matrix):
-        for rel, text in rendered_files(matrix, variant, disclosures[variant.name]).items():
-            path = root / rel
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-    return stale
+    files = rendered_files(matrix, disclosures, root, variants)
+    return [path for path, text in files if not path.exists() or path.read_text() != text]
 
 
 def wrote(paths: Iterable[Path]) -> list[str]:

@@ -38,8 +38,7 @@ class Request:
 
 
 def check_request(config: Request, gpus: int) -> None:
-    """Refuse bad input before building, not after: a CPU-only validation pushed
-    without being asked to, --registry without --push, a missing CA file, no GPU where one is required."""
+    """Refuse bad input before building, not after (each refusal says what to do instead)."""
     if os.environ.get("REQUIRE_GPU") == "1" and gpus == 0:
         raise UsageError(
             "REQUIRE_GPU=1 but this host has no GPU visible (nvidia-smi -L lists none); check the driver and the "
@@ -159,8 +158,7 @@ def from_cli(matrix: Matrix, args) -> Request:
 
 
 def for_matrix(matrix: Matrix, args) -> Request:
-    """The Request `build.py matrix` runs each line with (its variant replaced per line): no push, CPU
-    validation allowed, the report folder, CA and advisory data the flags name."""
+    """The Request `build.py matrix` runs each line with (its variant replaced per line)."""
     return Request(
         matrix=matrix,
         variant=resolve(matrix, None),

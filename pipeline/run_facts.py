@@ -75,19 +75,14 @@ def dependencies(client, variant: Variant, platform: str, base_image: str, commi
 def write_facts(target: Target, stamped_id: str, facts: RunFacts, deps: list[dict], tags: list[str]) -> Facts:
     """facts.json in the target's report folder: the run's facts, the dependencies, the target's line, platform
     and repository, the tags the image is pushed under (held ones included) and its stamped image."""
-    variant, platform, ref = target.variant, target.platform, target.ref
     record = Facts(
-        command=tuple(facts.command),
-        commit=facts.commit,
-        started=facts.started,
+        **vars(facts) | {"command": tuple(facts.command)},  # the run's facts, as gathered
         finished=statements.now(),  # built, validated and stamped: what a later signing says too
-        invocation=facts.invocation,
-        tools=facts.tools,
         dependencies=tuple(deps),
-        line=variant.name,
-        flavor=variant.flavor,
-        platform=platform,
-        ref=ref,
+        line=target.variant.name,
+        flavor=target.variant.flavor,
+        platform=target.platform,
+        ref=target.ref,
         tags=tuple(tags),
         stamped_image_id=stamped_id,
     )

@@ -231,6 +231,12 @@ class Matrix:
             return self.base_image
         return f"{PLATFORMS[platform]['library']}/{self.base_image}"
 
+    def build_flags(self, variant: Variant) -> str:
+        """The flags `build.py` builds `variant` with (the matrix's first torch line of a CUDA line needs no --torch)."""
+        first = next(v for v in self.variants if v.cuda == variant.cuda)
+        torch = "" if first.torch_minor == variant.torch_minor else f" --torch {variant.torch_minor}"
+        return f"--cuda {variant.cuda}{torch}" + (f" --flavor {variant.flavor}" if variant.flavored else "")
+
     def cuda_lines(self) -> list[str]:
         return list(dict.fromkeys(v.cuda for v in self.variants))
 
@@ -280,10 +286,7 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
 
     project = _typed(data.get("project", {}), _PROJECT_KEYS, "project", path)
     gate = PpoGate(**_typed(data.get("ppo_gate", {}), _GATE_KEYS, "ppo_gate", path))
-    packages_table = data.get("packages", {})
-    if not isinstance(packages_table, dict) or not all(isinstance(v, str) for v in packages_table.values()):
-        raise MatrixError(f"{path}: [packages] must map package names to version strings")
-    packages = tuple(sorted(packages_table.items()))
+    packages = _pins(data.get("packages", {}), "packages", path)
     extras, left_out = _gymnasium(data.get("gymnasium", {}), path)
     overrides = _overrides(data.get("overrides", {}), path)
 
@@ -331,6 +334,13 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
     flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
+
+
+def _pins(table: object, where: str, path: Path, empty: bool = True) -> tuple[tuple[str, str], ...]:
+    """A table of package name -> version string, sorted."""
+    if not isinstance(table, dict) or not (table or empty) or not all(isinstance(v, str) for v in table.values()):
+        raise MatrixError(f"{path}: [{where}] must map package names to version strings")
+    return tuple(sorted(table.items()))
 
 
 def _gymnasium(table: dict, path: Path) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
@@ -383,13 +393,11 @@ def _flavor(name: str, table: dict, variant_names: list[str], path: Path) -> Fla
     lines = table.get("lines")
     if not isinstance(lines, list) or not lines or not all(line in variant_names for line in lines):
         raise MatrixError(f"{path}: [{where}] lines must list variants of the matrix (it has {', '.join(variant_names)})")
-    packages = table.get("packages")
-    if not isinstance(packages, dict) or not packages or not all(isinstance(v, str) for v in packages.values()):
-        raise MatrixError(f"{path}: [{where}.packages] must map package names to version strings")
+    packages = _pins(table.get("packages"), f"{where}.packages", path, empty=False)
     gate = table.get("gate")
     if not isinstance(gate, dict):
         raise MatrixError(f"{path}: [{where}.gate] must be a table of the gate's settings")
-    return Flavor(name=name, lines=tuple(lines), packages=tuple(sorted(packages.items())), gate=tuple(gate.items()), **fields)
+    return Flavor(name=name, lines=tuple(lines), packages=packages, gate=tuple(gate.items()), **fields)
 
 
 def pypi_alternatives(matrix: Matrix, variant: Variant) -> str:
@@ -399,10 +407,7 @@ def pypi_alternatives(matrix: Matrix, variant: Variant) -> str:
     same = [v for v in matrix.variants if v.cuda == variant.cuda and v.uses_pypi]
     if same:
         v = same[0]
-        flag = f"--cuda {v.cuda}" + (
-            "" if v is next(x for x in matrix.variants if x.cuda == v.cuda) else f" --torch {v.torch_minor}"
-        )
-        return f"from PyPI alone this host can build CUDA {v.cuda} as {v.name} (torch {v.torch}): {flag}"
+        return f"from PyPI alone this host can build CUDA {v.cuda} as {v.name} (torch {v.torch}): {matrix.build_flags(v)}"
     others = [v for v in matrix.variants if v.uses_pypi]
     names = ", ".join(f"{v.name} (driver >= {v.min_driver})" for v in others)
     return f"the matrix has no CUDA {variant.cuda} line on PyPI; from PyPI alone this host can build {names}"
@@ -437,10 +442,7 @@ def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None, flavor: 
 
 
 def resolve_base(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Variant:
-    """Pick the variant for a requested CUDA line (and optionally torch version).
-
-    Raises UsageError with one line that says what exists instead.
-    """
+    """The variant for a requested CUDA line (and torch version); UsageError saying what exists instead."""
     cuda = _normalise_cuda(cuda) if cuda else matrix.default_cuda
     lines = ", ".join(matrix.cuda_lines())
     if not re.fullmatch(r"\d+\.\d+", cuda):

@@ -1,5 +1,1 @@
-"""What only validation uses: the image's size against its budget, the hygiene scan,
-the SBOM, the vulnerability audit and the advisory database it reads.
-
-pipeline/validation/gate.py runs them as named stages (then the image's own `proof`).
-"""
+"""What only validation uses: size, hygiene scan, SBOM, audit and its advisories; gate.py runs them as stages."""

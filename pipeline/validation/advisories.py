@@ -1,14 +1,5 @@
-"""The advisory database the audit reads: OSV records for PyPI, offline.
-
-A normal build reads the committed snapshot, images/advisories/osv-pypi.jsonl.gz,
-described by images/advisories/snapshot.json (where it came from, as of when,
-how many records, the sha256 of the data). `python build.py advisories --from SRC`
-rewrites both from any form `--advisories` reads: a folder of OSV records (.yaml or
-.json, e.g. a checkout of pypa/advisory-database), osv.dev's PyPI/all.zip, or a
-.jsonl.gz; the output is byte-for-byte the same for the same input.
-`--advisories DIR|ZIP` replaces the snapshot with fresher records, such as
-osv.dev's PyPI/all.zip.
-"""
+"""The advisory database the audit reads: OSV records for PyPI, offline: the committed snapshot
+(images/advisories/), or what `--advisories` names (docs/supply-chain.md, "Vulnerability audit")."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""Vulnerability audit of the image's Python packages against OSV advisories, offline.
-
-The records come from pipeline/validation/advisories.py (the committed snapshot or
-`--advisories`). Nothing is skipped for being hard to read:
-
-* Versions are PEP 440 (`packaging`). A range event that is not, but is a release
-  followed by a tag (`2.6.0-cu124`, `2.6.0-NA`: RELEASE-TAG, RELEASE at least two
-  dot-separated numbers, TAG starting with a letter), is read as its release; a
-  `fixed` read that way counts the release itself as affected (the fix may be a
-  later build of it). Several ends after one `introduced` (`last_affected: X.Y.Z-NA`
-  then a later one) close the range at the latest of them. Records read by these
-  rules are counted and listed ("read by rule").
-* An event no rule reads (a date, `7.2.0-12.1`) makes the record count as
-  affecting the package it names (conservative); it is counted, listed with the
-  record ID and the raw text, and fails like any finding of its severity.
-* Severity is the highest any record of a group states: the database's own level,
-  or the rating of a CVSS v2, v3 or v4 vector (the `cvss` library scores them).
-  UNKNOWN only where no record of the group states any.
-
-High, critical and UNKNOWN findings fail validation unless the allowlist
-(images/audit-allowlist.toml) names them with a reason and an expiry date that
-has not passed. MEDIUM and LOW are reported and do not fail.
-"""
+"""Vulnerability audit of the image's Python packages against OSV advisories, offline. The rules
+(irregular versions read as their release, unreadable events counted as affecting, the highest severity
+any record states, what fails and what the allowlist accepts) are docs/supply-chain.md's "Vulnerability
+audit"; this module is where they are implemented, once."""
 
 from __future__ import annotations
 
@@ -294,14 +275,7 @@ def _label(finding: dict) -> str:
 
 
 def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> dict:
-    """Findings for `packages` ([{name, version}]); status "pass" or "fail".
-
-    Records that alias each other make one finding, with the highest severity any
-    of them states. Withdrawn records are ignored. A finding fails unless its
-    severity is known to be below HIGH (UNKNOWN fails) or the allowlist names it.
-    Records read by the irregular-form rules and records that could not be read
-    (counted as affecting) are listed and counted.
-    """
+    """Findings for `packages` ([{name, version}]); status "pass" or "fail", by the rules the module names."""
     today = today or dt.date.today()
     index = _by_package(records)
     findings, allowed, expired, by_rule, unreadable = [], [], [], [], []
@@ -406,9 +380,7 @@ _KEPT = ("id", "aliases", "package", "version", "severity", "accepted", "affects
 
 
 def disclosure(variant, records: list[dict], allowlist: list[Allowed], source: str, as_of: dt.date | None) -> dict:
-    """Every known advisory the line carries, by the given records and allowlist: the build gate's audit
-    over the line's whole lock (its pins where it has no committed lock). What render writes into each
-    line's spec and `build.py list` shows."""
+    """carried() as render writes it into each line's spec and `build.py list` shows it."""
     # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
     # so the rendered file does not change with the date (the build's audit applies it).
     rows = carried(variant, records, allowlist, today=dt.date.min)

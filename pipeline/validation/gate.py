@@ -1,13 +1,5 @@
-"""Validate a built image: named stages, cheapest first, stopping at the first that fails.
-
-    labels, spec and size → hygiene scan → SBOM and audit → proof
-
-The last stage is the image's own `proof` command (smoke/proof.py), run through
-the image's entrypoint as a user runs it, with every GPU of the host; the host
-decides only whether a GPU is required and collects proof.json. The other
-stages read the image from outside or run the image's own tools
-(container/hygiene_scan.py, container/sbom_inventory.py).
-"""
+"""Validate a built image: named stages, cheapest first, stopping at the first that fails (the README's
+"Stages, in order"); the last is the image's own `proof`, run through its entrypoint as a user runs it."""
 
 from __future__ import annotations
 
@@ -144,10 +136,8 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
         spec = json.loads(baked)
     except ValueError:
         return f"the image's {SPEC_IN_IMAGE} is not JSON"
-    want = variant.spec()
-    differ = sorted(
-        k for k in set(want["expect"]) | set(spec.get("expect", {})) if want["expect"].get(k) != spec.get("expect", {}).get(k)
-    )
+    want, got = variant.spec(), spec.get("expect", {})
+    differ = sorted(k for k in set(want["expect"]) | set(got) if want["expect"].get(k) != got.get(k))
     differ += ["ppo_gate"] if spec.get("ppo_gate") != want["ppo_gate"] else []
     if differ:
         return (

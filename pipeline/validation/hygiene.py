@@ -1,9 +1,5 @@
-"""What must never be in an image: secrets, keys, proxy CAs, .git folders, pip caches.
-
-`scan_image` runs the image's scanner (container/hygiene_scan.py) inside a
-container of the image (as root, so nothing is unreadable, no network), and checks the image's history (every RUN line and build
-argument) on the host. Findings are one line each; any finding fails validation.
-"""
+"""What must never be in an image (docs/supply-chain.md, "Hygiene scan"): the image's own scanner run in a
+container of it, and its history (every RUN line and build argument) checked on the host. Any finding fails."""
 
 from __future__ import annotations
 

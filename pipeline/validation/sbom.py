@@ -1,9 +1,5 @@
-"""A CycloneDX SBOM of the image: its Python packages and its Debian packages.
-
-The inventory is read inside a container of the image by its own tool,
-container/sbom_inventory.py (`pip inspect` for the venv, `dpkg-query` for the OS), and the document is written on the host with
-CycloneDX's own Python library (cyclonedx-python-lib), as CycloneDX 1.6 JSON.
-"""
+"""A CycloneDX 1.6 SBOM of the image (docs/supply-chain.md, "SBOM"): the inventory read in a container of it by
+its own tool, the document written on the host with cyclonedx-python-lib."""
 
 from __future__ import annotations
 
