@@ -278,6 +278,8 @@ def layer_report(registry, docker, image_id: str, pair: Pair, folder: Path) -> l
 def diffoscope(where: Path, text: Path) -> str:
     """diffoscope's text report on where/pushed against where/rebuilt, where diffoscope is installed (the
     host venv has it); the line that says where to look."""
+    if not any(p.is_file() for p in where.rglob("*")):  # a whiteout, a time, a mode: nothing whose bytes differ was copied out
+        return "no file's bytes differ (only times, modes, owners or which files exist): nothing for diffoscope"
     tool = shutil.which("diffoscope", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if tool is None:
         return f"the differing files are in {where} (install diffoscope for a report on them)"
@@ -291,7 +293,9 @@ def diffoscope(where: Path, text: Path) -> str:
             str(where / "pushed"),
             str(where / "rebuilt"),
         ]
-        subprocess.run(argv, capture_output=True, timeout=DEADLINES["diffoscope"], check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=DEADLINES["diffoscope"], check=False)
     except subprocess.TimeoutExpired:
         return f"diffoscope ran past {DEADLINES['diffoscope']:g} s; the differing files are in {where}"
+    if done.returncode == 0:  # diffoscope writes no report for files it finds the same
+        return f"diffoscope finds the files copied out to {where} the same"
     return f"diffoscope's report on the differing files: {text}"

@@ -32,8 +32,13 @@ CLAMP = (
     '-o -fstype overlay -newermt "@$((started - 1))" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +; fi'
 )
 # apt's lists and caches go; its and dpkg's logs and ldconfig's cache (times, inode numbers) are emptied.
+# The lists' lock and partial/ stay, as `apt-get clean` keeps the archives': a base image may hold them, and
+# deleting a lower layer's file leaves a whiteout timed by the clock, which no epoch reaches (found by
+# `make reproduce` naming the files, docs/supply-chain.md).
 APT_CLEAN = (
-    " \\\n && apt-get clean \\\n && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \\\n"
+    " \\\n && apt-get clean \\\n"
+    " && find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name lock ! -name partial -exec rm -rf {} + \\\n"
+    " && rm -f /var/cache/apt/*.bin \\\n"
     ' && find /var/log /var/cache/ldconfig -type f -newermt "@$((started - 1))" -exec truncate -s 0 {} +'
 )
 

@@ -18,7 +18,7 @@ import pytest
 
 from pipeline import rebuild_config, rebuild_files, registry
 from pipeline.docker_env import find_build_cli
-from pipeline.render import CLAMP, START
+from pipeline.render import APT_CLEAN, CLAMP, START
 from pipeline.variants import REPO_ROOT, load_matrix
 from tests.image.conftest import REGISTRY, TEST_LABELS
 
@@ -132,3 +132,25 @@ def test_a_layer_that_differs_names_its_files_from_the_registry_and_docker_save(
     assert (tmp_path / f"layer-{n}" / "rebuilt" / "opt/app/files/a.txt").read_text() == "the project's file, edited\n"
     assert (tmp_path / f"layer-{n}" / "pushed" / "opt/app/files/a.txt").read_text() == "the project's file\n"
     assert "edited" in (tmp_path / f"layer-{n}.diffoscope.txt").read_text()
+
+
+def whiteouts(docker, dockerfile: str, folder) -> list[str]:
+    """The whiteouts (a layer's record of a lower layer's file deleted) in the image `dockerfile` builds."""
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(dockerfile)
+    cli, iid = find_build_cli(), folder / "iid"
+    argv = [*cli.argv, "-q", "--no-cache", "--iidfile", str(iid), f"--build-arg=SOURCE_DATE_EPOCH={SYSTEM}", str(folder)]
+    subprocess.run(argv, env=cli.environ(), check=True, capture_output=True, timeout=300)
+    layers = rebuild_files.saved_layers(docker, iid.read_text().strip())
+    return sorted(path for _, body in layers for path in rebuild_files.walk(body) if "/.wh." in path)
+
+
+def test_the_templates_apt_step_deletes_no_file_of_the_base(docker, tmp_path):
+    """Docker times a whiteout by its clock, out of the step's reach, so a step that deletes a lower
+    layer's file makes every build another image (what `make reproduce` found in the apt step over a base
+    that holds apt's lists lock): the template's apt clean-up (render.APT_CLEAN) over the real base leaves
+    none; a step that does delete one is caught."""
+    head = f'FROM {load_matrix().base_image_for("linux/amd64")}\nSHELL ["/bin/bash", "-o", "pipefail", "-c"]\nARG SOURCE_DATE_EPOCH\n'
+    assert whiteouts(docker, f"{head}RUN {START}apt-get update{APT_CLEAN}{CLAMP}\n", tmp_path / "apt") == []
+    deleting = whiteouts(docker, f"{head}RUN {START}rm /etc/debian_version{CLAMP}\n", tmp_path / "deleting")
+    assert deleting == ["/etc/.wh.debian_version"]

@@ -144,9 +144,18 @@ def test_an_entry_keeps_what_a_rebuild_compares():
     assert entry == Entry("file", 0o644, "0:0", 100, 40, hashlib.sha256(b"\x00" * 40).hexdigest())
 
 
+def test_a_layer_whose_files_differ_only_in_time_says_there_is_nothing_for_diffoscope(tmp_path):
+    """What `make reproduce` found: two whiteouts timed by the clock, no file's bytes different."""
+    for side in ("pushed", "rebuilt"):
+        (tmp_path / "layer-3" / side).mkdir(parents=True)
+    line = rebuild_files.diffoscope(tmp_path / "layer-3", tmp_path / "layer-3.diffoscope.txt")
+    assert line.startswith("no file's bytes differ") and not (tmp_path / "layer-3.diffoscope.txt").exists()
+
+
 def test_the_report_lists_every_path_and_says_where_the_files_are(tmp_path, monkeypatch):
     monkeypatch.setattr(rebuild_files.shutil, "which", lambda *a, **k: None)
-    (tmp_path / "layer-3").mkdir()
+    (tmp_path / "layer-3" / "rebuilt").mkdir(parents=True)
+    (tmp_path / "layer-3" / "rebuilt" / "new").write_text("x")
     line = rebuild_files.diffoscope(tmp_path / "layer-3", tmp_path / "layer-3.diffoscope.txt")
     assert line == f"the differing files are in {tmp_path / 'layer-3'} (install diffoscope for a report on them)"
 
