@@ -195,6 +195,8 @@ def inputs_moved(signed: frozenset[str], rebuilt: frozenset[str]) -> list[str]:
 
 def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
     """The lines to print and the exit status (0 reproduced, 1 differs)."""
+    if request.out.exists() and (not request.out.is_dir() or any(request.out.iterdir())):
+        raise UsageError(f"--out {request.out}: give an empty or new folder (a rebuild that differs writes its files there)")
     pushed = read_pushed(request)
     args = pushed.build_args()
     print(

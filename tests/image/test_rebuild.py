@@ -32,8 +32,8 @@ def signed(run_result) -> str:
     return f"{ref.rsplit(':', 1)[0]}@{digest}"
 
 
-def test_the_pushed_signed_image_rebuilds_to_itself(signed, sign_keys):
-    done = rebuild(signed, sign_keys["public"])
+def test_the_pushed_signed_image_rebuilds_to_itself(signed, sign_keys, tmp_path):
+    done = rebuild(signed, sign_keys["public"], "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith(f"REPRODUCED: {signed}")
 
@@ -91,8 +91,8 @@ def signed_flavor(docker, matrix, pipeline_run, sign_keys, tmp_path_factory) -> 
     return f"{ref.rsplit(':', 1)[0]}@{digest}"
 
 
-def test_a_pushed_signed_flavor_rebuilds_to_itself_its_base_first(signed_flavor, sign_keys):
-    done = rebuild(signed_flavor, sign_keys["public"])
+def test_a_pushed_signed_flavor_rebuilds_to_itself_its_base_first(signed_flavor, sign_keys, tmp_path):
+    done = rebuild(signed_flavor, sign_keys["public"], "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "rebuilding the base image" in done.stdout  # the flavor starts FROM its base, rebuilt cold too
     assert done.stdout.strip().splitlines()[-1].startswith(f"REPRODUCED: {signed_flavor}")

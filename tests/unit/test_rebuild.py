@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import labels, rebuild_config
 from pipeline.errors import UsageError
-from pipeline.rebuild import Pushed, compare, inputs_moved, moved, settings
+from pipeline.rebuild import Pushed, RebuildRequest, compare, inputs_moved, moved, rebuild, settings
 from pipeline.registry import ImageRef
 
 pytestmark = pytest.mark.unit
@@ -115,3 +115,11 @@ def test_a_step_is_said_in_a_few_words():
 
 def test_no_package_moved_is_no_line():
     assert inputs_moved(SBOM, SBOM) == []
+
+
+def test_a_report_folder_that_holds_anything_is_refused_before_the_image_is_read(tmp_path):
+    """Nothing is read or built (minutes) only to find the files cannot be written, nor a user's folder mixed into."""
+    (tmp_path / "mine.txt").write_text("a user's file\n")
+    with pytest.raises(UsageError, match="give an empty or new folder"):
+        rebuild(RebuildRequest("127.0.0.1:1/p:t", (tmp_path / "k.pub",), out=tmp_path))
+    assert (tmp_path / "mine.txt").read_text() == "a user's file\n"
