@@ -106,7 +106,8 @@ HELP = {  # every flag's help, the same for each command that takes it
     "image_ref": "the pushed image, HOST/REPO:TAG or HOST/REPO@sha256:<hex>; a multi-arch index: every child is checked",
     "rebuild image_ref": "the pushed, signed image to rebuild, HOST/REPO:TAG or HOST/REPO@sha256:<hex> (an index: its amd64 image)",
     "rebuild --out": "where a rebuild that differs writes what differs in each layer: the paths (layer-N.txt), the differing "
-    "files of both sides (layer-N/pushed, layer-N/rebuilt) and diffoscope's report on them (default: ./rebuild-report)",
+    "files of both sides (layer-N/pushed, layer-N/rebuilt) and diffoscope's report on them; an empty or new folder "
+    "(default: ./rebuild-report)",
     "rebuild --source": "build this checkout instead of a worktree of the signed revision (what a change to it would make differ)",
     "--key": "the public key (PEM, build.py keygen's .pub) the statements must be signed with; give it twice to accept either of two (a key rotation)",
     "--require-gpu": "fail unless the proof ran on a GPU (a CPU-only proof's WARNED result is then not enough)",
