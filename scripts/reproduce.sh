@@ -15,6 +15,14 @@ args=()
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 repo=$($PY -c 'from pipeline.variants import load_matrix; print(load_matrix().name)')
+# Both builds must be of one revision, committed: a build of a checkout with changes is labelled -dirty, and
+# a commit between the builds changes the revision label (the layers may still be the same).
+checkout() { git rev-parse HEAD; git status --porcelain --untracked-files=no; }
+at=$(checkout)
+if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
+    echo "reproduce: the checkout has uncommitted changes (git status): commit or stash them, then run this again" >&2
+    exit 2
+fi
 ids=()
 for run in 1 2; do
     docker builder prune -af >/dev/null
@@ -27,6 +35,10 @@ for run in 1 2; do
     id=$("$PY" -c 'import json, sys, glob; print(json.load(open(glob.glob(sys.argv[1] + "/*/*/report.json")[0]))["validated_image_id"])' "$out/$run")
     echo "==> build $run: $id in $(($(date +%s) - started)) s, cold"
     ids+=("$id")
+    if [[ $(checkout) != "$at" ]]; then
+        echo "reproduce: the checkout moved during build $run (a commit or an edit): the builds are of two revisions; run this again on a checkout left alone" >&2
+        exit 2
+    fi
     docker tag "$id" "proven-torch-reproduce:build-$run"  # kept to compare (BuildKit's cache is pruned, not this)
 done
 if [[ ${ids[0]} == "${ids[1]}" ]]; then
@@ -37,6 +49,10 @@ else
     paste <(docker image inspect "${ids[0]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
         <(docker image inspect "${ids[1]}" --format '{{range .RootFS.Layers}}{{println .}}{{end}}') \
         | awk '$1 != $2 { print "  layer " NR ": " substr($1, 8, 12) " then " substr($2, 8, 12) }'
+    # the same layers and another image: the settings differ (labels, variables, history); say which
+    diff <(docker image inspect "${ids[0]}" --format '{{json .Config}}' | "$PY" -m json.tool --sort-keys) \
+        <(docker image inspect "${ids[1]}" --format '{{json .Config}}' | "$PY" -m json.tool --sort-keys) \
+        | sed -n 's/^\([<>]\) */  settings, build \1: /p' | sed 's/build <:/build 1:/; s/build >:/build 2:/' || true
     # The files behind each such layer, as `build.py rebuild` names them (pipeline/rebuild_files.py): build 1
     # goes to the registry on 127.0.0.1 (scripts/prepare-host.sh --test-tools starts it), build 2 is read
     # from `docker save`; the paths, both sides' files and diffoscope's report go to ./reproduce-report.
