@@ -91,7 +91,7 @@ free_gb=$(( $(df -Pk "$docker_root" | awk 'NR == 2 { print $4 }') / 1048576 ))
 need_gb=${PROVEN_TORCH_NEED_GB:-$(( TEST_TOOLS ? 20 : 12 ))}
 what="a cold build"
 (( TEST_TOOLS )) && what="a cold build and the tests"
-(( free_gb >= need_gb )) || die "only $free_gb GB free under $docker_root, and $what take about $need_gb GB: free some (\`docker image prune\`, \`docker builder prune\`; the test registry's blobs are under $STATE_DIR/registry) and rerun (PROVEN_TORCH_NEED_GB sets the figure)"
+(( free_gb >= need_gb )) || die "only $free_gb GB free under $docker_root, and $what take about $need_gb GB: free some (\`docker image prune\`, \`docker builder prune\`; the test registry's blobs are under $STATE_DIR/registry; Docker 20.10 keeps a copy of each layer built again, which only removing $docker_root with dockerd stopped frees: docs/ci.md) and rerun (PROVEN_TORCH_NEED_GB sets the figure)"
 say "disk: $free_gb GB free under $docker_root (needs about $need_gb)"
 
 # --- 3. host virtual environment (before 2: reading the matrix needs Python only)
