@@ -113,7 +113,7 @@ def walk(stream: Readable, keep: dict[str, Entry] | None = None, out: Path | Non
 
 def write_under(root: Path, path: str, body: bytes) -> int:
     """Write `body` as root/path (path from member_path: no `..`); 1 when written, 0 when a folder on
-    the way is a link or not a folder (never followed)."""
+    the way is a link or not a folder (never followed), or something is there already."""
     target = root / path.lstrip("/")
     folder = root
     for part in PurePosixPath(path.lstrip("/")).parent.parts:
@@ -121,7 +121,10 @@ def write_under(root: Path, path: str, body: bytes) -> int:
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
             return 0
         folder.mkdir(exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:  # a name the layer gives twice, or a folder already there by that name: the first stays
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return 0
     with os.fdopen(fd, "wb") as f:
         f.write(body)
     return 1

@@ -99,6 +99,11 @@ def test_a_symlinked_folder_in_the_report_is_not_followed(tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+def test_a_name_given_twice_keeps_the_first_copy_and_does_not_stop_the_walk(tmp_path):
+    found = walk(io.BytesIO(layer(("a", b"first", 1, 0o644), ("a", b"second", 2, 0o644), ("b", b"x", 1, 0o644))), {}, tmp_path)
+    assert (tmp_path / "a").read_bytes() == b"first" and set(found) == {"/a", "/b"} and found["/a"].mtime == 2
+
+
 def test_a_file_past_the_copy_bound_is_named_not_copied(tmp_path, monkeypatch):
     monkeypatch.setattr(rebuild_files, "MAX_FILE_BYTES", 8)
     found = walk(io.BytesIO(layer(("big", b"x" * 9, 1, 0o644), ("small", b"y", 1, 0o644))), {}, tmp_path)
