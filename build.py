@@ -187,7 +187,7 @@ def list_output(matrix: Matrix, args: argparse.Namespace) -> list[str]:
         from pipeline.here import probe
 
         here = probe(
-            matrix, listing.every_variant(matrix), Path(os.environ["BUILD_CA_CERT"]) if os.environ.get("BUILD_CA_CERT") else None
+            matrix, matrix.every_variant(), Path(os.environ["BUILD_CA_CERT"]) if os.environ.get("BUILD_CA_CERT") else None
         )
     if args.json:
         return [listing.matrix_json(matrix, here)]

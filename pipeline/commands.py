@@ -7,7 +7,7 @@ from __future__ import annotations
 from pipeline import examples
 from pipeline.errors import UsageError
 from pipeline.lock import compile_lock, override_news, pypi_requires, write_lock
-from pipeline.render import every_variant, render_all, stale_files, wrote
+from pipeline.render import render_all, stale_files, wrote
 from pipeline.validation import audit
 from pipeline.variants import BASE, REPO_ROOT, Matrix, resolve
 
@@ -15,7 +15,7 @@ from pipeline.variants import BASE, REPO_ROOT, Matrix, resolve
 def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     """`build.py render`: write every Dockerfile and spec and the docs' example blocks, or with `check`
     write nothing and raise UsageError naming the committed files that are stale; the lines to print."""
-    disclosures = audit.disclosures(every_variant(matrix))
+    disclosures = audit.disclosures(matrix.every_variant())
     docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
     changed = [path for path, text in docs.items() if path.read_text() != text]
     if not check:

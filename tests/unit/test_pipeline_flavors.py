@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.errors import UsageError
 from pipeline.lock import base_pins, is_locked, layers, lock_dir, lock_status
-from pipeline.render import dockerfile_path, every_variant, render, stale_files
+from pipeline.render import dockerfile_path, render, stale_files
 from pipeline.tags import compute_tags
 from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, resolve
@@ -78,8 +78,8 @@ def test_the_flavor_dockerfile_starts_from_the_base_image_with_one_pip_layer(mat
 
 
 def test_render_check_covers_every_flavor(matrix, tmp_path):
-    assert {v.name for v in every_variant(matrix)} >= {v.name for v in matrix.flavored_variants()}
-    stale = {p.name for p in stale_files(matrix, audit.disclosures(every_variant(matrix)), root=tmp_path)}
+    assert {v.name for v in matrix.every_variant()} >= {v.name for v in matrix.flavored_variants()}
+    stale = {p.name for p in stale_files(matrix, audit.disclosures(matrix.every_variant()), root=tmp_path)}
     assert all(dockerfile_path(v).name in stale for v in matrix.flavored_variants())
 
 
@@ -92,3 +92,12 @@ def test_list_pin_prints_flavor_pins_and_refuses_unknown_ones(matrix):
     assert whole.stdout.splitlines() == [f"{n}=={v}" for n, v in flavor.packages]
     bad = subprocess.run([sys.executable, "build.py", "list", "--pin", "nope"], capture_output=True, text=True, cwd=REPO_ROOT)
     assert bad.returncode == 2 and "--pin nope: not a package or flavor" in bad.stderr
+
+
+def test_a_line_is_found_by_its_name_a_flavors_too(matrix):
+    """What `build.py rebuild` looks up from a signed provenance's line (a flavor's name, since the lines test
+    found by_name knows base lines only)."""
+    assert all(matrix.line(v.name) == v for v in matrix.every_variant())
+    assert any(v.flavored for v in matrix.every_variant())
+    with pytest.raises(UsageError, match="unknown line 'no-such-line'"):
+        matrix.line("no-such-line")
