@@ -27,7 +27,6 @@ from pipeline.errors import UsageError
 from pipeline.validation import sbom
 from pipeline.variants import AMD64, REPO_ROOT, Variant, arch, load_matrix
 
-MAX_LAYERS = 3  # differing layers whose files are named (each is read from the registry and from `docker save`)
 REBUILD_REPO = "proven-torch-rebuild"  # a flavor's rebuilt base is tagged proven-torch-rebuild-base-build:LINE for its FROM
 REVISION = "org.opencontainers.image.revision"
 CREATED = "org.opencontainers.image.created"
@@ -165,27 +164,6 @@ def compare(pushed: Pushed, rebuilt: dict, steps: list[str]) -> list[str]:
     return lines
 
 
-def files_differing(pushed: Pushed, docker, image_id: str, rebuilt: list[str], out: Path) -> list[str]:
-    """For each of the first MAX_LAYERS layers that differ (in a rebuild with as many layers as the pushed
-    image), the files that differ in it and diffoscope's report (pipeline/rebuild_files.py), under `out`."""
-    theirs = pushed.config.get("rootfs", {}).get("diff_ids", [])
-    if len(theirs) != len(rebuilt) or len(pushed.layers) != len(theirs):
-        return []
-    pairs = [
-        rebuild_files.Pair(n, layer, a, b)
-        for n, (layer, a, b) in enumerate(zip(pushed.layers, theirs, rebuilt, strict=True), 1)
-        if a != b
-    ]
-    size = sum(int(p.layer.get("size") or 0) for p in pairs[:MAX_LAYERS])
-    reader = registry.Registry(pushed.ref, registry.Deadline(DEADLINES["layer read"], budget=size))
-    out.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for pair in pairs[:MAX_LAYERS]:
-        print(f"==> reading layer {pair.n} of both images to name the files that differ (into {out})", flush=True)
-        lines += [f"in layer {pair.n}:", *rebuild_files.layer_report(reader, docker, image_id, pair, out)]
-    return lines
-
-
 def inputs_moved(signed: frozenset[str], rebuilt: frozenset[str]) -> list[str]:
     """The line naming the packages that moved (at most eight, then a count), or none."""
     changed = moved(signed, rebuilt)
@@ -232,7 +210,9 @@ def rebuild(request: RebuildRequest) -> tuple[list[str], int]:
     found = compare(pushed, config, steps)
     if not found:
         return [f"REPRODUCED: {pushed.ref} is {image_id} rebuilt from {pushed.revision[:12]} ({arch(pushed.platform)})"], 0
-    found += files_differing(pushed, client, image_id, config["rootfs"]["diff_ids"], request.out)
+    theirs = pushed.config.get("rootfs", {}).get("diff_ids", [])
+    pairs = rebuild_files.differing(pushed.layers, theirs, config["rootfs"]["diff_ids"])
+    found += rebuild_files.name_files(pushed.ref, client, image_id, pairs, request.out)
     # which packages moved: the rebuilt image's inventory against the signed SBOM
     bom = json.loads(sbom.build_sbom(sbom.read_inventory(client, image_id), "rebuild", image_id, matrix.base_suite))
     found += inputs_moved(pushed.packages, frozenset(c["purl"] for c in bom.get("components", []) if c.get("purl")))

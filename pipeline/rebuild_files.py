@@ -26,8 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, cast
 
 from common.deadlines import DEADLINES
+from pipeline import registry
 from pipeline.errors import RegistryDataRefused
 
+MAX_LAYERS = 3  # differing layers whose files are named (each is read from the registry and from `docker save`)
 MAX_MEMBERS = 2_000_000  # files in one layer (the torch layer has about 20,000)
 MAX_FILES = 50  # differing files copied out for diffoscope
 MAX_FILE_BYTES = 16 << 20  # a differing file larger than this is named, not copied
@@ -257,6 +259,28 @@ class Pair:
     layer: dict
     pushed_id: str
     rebuilt_id: str
+
+
+def differing(layers: tuple[dict, ...] | list[dict], pushed_ids: list[str], rebuilt_ids: list[str]) -> list[Pair]:
+    """The first MAX_LAYERS layers that differ, paired (the pushed manifest's descriptors in its config's
+    order); none when the two images do not have the same number of layers (no pairing to trust)."""
+    if not len(layers) == len(pushed_ids) == len(rebuilt_ids):
+        return []
+    every = zip(layers, pushed_ids, rebuilt_ids, strict=True)
+    return [Pair(n, layer, a, b) for n, (layer, a, b) in enumerate(every, 1) if a != b][:MAX_LAYERS]
+
+
+def name_files(ref: registry.ImageRef, docker, image_id: str, pairs: list[Pair], out: Path) -> list[str]:
+    """For each pair, the lines naming the files that differ (layer_report), the pushed layers read from
+    `ref`'s registry under one deadline and a budget of their declared sizes."""
+    size = sum(p.layer["size"] for p in pairs if isinstance(p.layer.get("size"), int))
+    reader = registry.Registry(ref, registry.Deadline(DEADLINES["layer read"], budget=size))
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for pair in pairs:
+        print(f"==> reading layer {pair.n} of both images to name the files that differ (into {out})", flush=True)
+        lines += [f"in layer {pair.n}:", *layer_report(reader, docker, image_id, pair, out)]
+    return lines
 
 
 def layer_report(registry, docker, image_id: str, pair: Pair, folder: Path) -> list[str]:

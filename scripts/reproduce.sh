@@ -53,10 +53,11 @@ else
     diff <(docker image inspect "${ids[0]}" --format '{{json .Config}}' | "$PY" -m json.tool --sort-keys) \
         <(docker image inspect "${ids[1]}" --format '{{json .Config}}' | "$PY" -m json.tool --sort-keys) \
         | sed -n 's/^\([<>]\) */  settings, build \1: /p' | sed 's/build <:/build 1:/; s/build >:/build 2:/' || true
-    # The files behind each such layer, as `build.py rebuild` names them (pipeline/rebuild_files.py): build 1
+    # The files behind each such layer (the first three), as `build.py rebuild` names them (pipeline/rebuild_files.py): build 1
     # goes to the registry on 127.0.0.1 (scripts/prepare-host.sh --test-tools starts it), build 2 is read
     # from `docker save`; the paths, both sides' files and diffoscope's report go to ./reproduce-report.
     if curl -fsS --max-time 5 "http://$REGISTRY_ADDR/v2/" >/dev/null 2>&1; then
+        rm -rf reproduce-report  # this script's own folder: an earlier run's files would mix in
         docker tag "${ids[0]}" "$REGISTRY_ADDR/proven-torch-reproduce:build-1"
         docker push -q "$REGISTRY_ADDR/proven-torch-reproduce:build-1" >/dev/null
         "$PY" - "$REGISTRY_ADDR/proven-torch-reproduce:build-1" "${ids[0]}" "${ids[1]}" <<'PY'
@@ -65,15 +66,11 @@ from pathlib import Path
 import docker
 from pipeline import rebuild_files, registry
 ref, first, second = sys.argv[1:]
-engine, out = docker.from_env(), Path("reproduce-report")
+engine, pushed = docker.from_env(), registry.parse_ref(ref)
 theirs, ours = (engine.images.get(i).attrs["RootFS"]["Layers"] for i in (first, second))
-client = registry.Registry(registry.parse_ref(ref), registry.Deadline(3600, budget=64 << 30))
-layers = json.loads(client.manifest("build-1")[0])["layers"]
-out.mkdir(exist_ok=True)
-for n, (layer, a, b) in enumerate(zip(layers, theirs, ours, strict=True), 1):
-    if a != b:
-        print(f"  in layer {n} (build 1, then build 2):")
-        print("\n".join(rebuild_files.layer_report(client, engine, second, rebuild_files.Pair(n, layer, a, b), out)))
+layers = json.loads(registry.Registry(pushed, registry.Deadline(60)).manifest("build-1")[0])["layers"]
+pairs = rebuild_files.differing(layers, theirs, ours)
+print("\n".join(f"  {line}" for line in rebuild_files.name_files(pushed, engine, second, pairs, Path("reproduce-report"))))
 PY
     else
         echo "  (no registry on $REGISTRY_ADDR to name the files: run scripts/prepare-host.sh --test-tools, then this again)"

@@ -122,13 +122,14 @@ def test_a_layer_that_differs_names_its_files_from_the_registry_and_docker_save(
     docker.images.push(repo, "pushed")
     (context / "app" / "a.txt").write_text("the project's file, edited\n")
     _, rebuilt_id = build(docker, context)
-    client = registry.Registry(registry.parse_ref(f"{repo}:pushed"), registry.Deadline(60, budget=64 << 20))
+    client = registry.Registry(registry.parse_ref(f"{repo}:pushed"), registry.Deadline(60))
     manifest = json.loads(client.manifest("pushed")[0])
     theirs, ours = (docker.images.get(i).attrs["RootFS"]["Layers"] for i in (pushed_id, rebuilt_id))
-    n = len(theirs)  # the files' layer, the last
-    pair = rebuild_files.Pair(n, manifest["layers"][n - 1], theirs[n - 1], ours[n - 1])
-    lines = rebuild_files.layer_report(client, docker, rebuilt_id, pair, tmp_path)
-    assert lines[0].strip() == "/opt/app/files/a.txt: content, 19 vs 27 bytes", lines
+    n = len(theirs)  # the files' layer, the last, and the only one that differs
+    pairs = rebuild_files.differing(manifest["layers"], theirs, ours)
+    assert [pair.n for pair in pairs] == [n]
+    lines = rebuild_files.name_files(registry.parse_ref(f"{repo}:pushed"), docker, rebuilt_id, pairs, tmp_path)
+    assert [line.strip() for line in lines[:2]] == [f"in layer {n}:", "/opt/app/files/a.txt: content, 19 vs 27 bytes"], lines
     assert (tmp_path / f"layer-{n}" / "rebuilt" / "opt/app/files/a.txt").read_text() == "the project's file, edited\n"
     assert (tmp_path / f"layer-{n}" / "pushed" / "opt/app/files/a.txt").read_text() == "the project's file\n"
     assert "edited" in (tmp_path / f"layer-{n}.diffoscope.txt").read_text()

@@ -224,3 +224,16 @@ def test_a_layer_past_the_read_budget_is_refused(crafted, tmp_path):
 def test_a_descriptor_without_a_size_is_refused(crafted, tmp_path):
     with pytest.raises(RegistryDataRefused, match="no size"):
         rebuild_files.fetch_layer(layer_client(crafted), {"digest": "sha256:" + "b" * 64}, tmp_path / "l")
+
+
+def test_the_differing_layers_are_paired_in_order_at_most_three_and_none_when_they_do_not_line_up():
+    layers = [{"digest": f"sha256:{i}"} for i in range(5)]
+    pushed, rebuilt = ["a", "b", "c", "d", "e"], ["a", "X", "c", "X", "X"]
+    assert [(p.n, p.layer, p.pushed_id, p.rebuilt_id) for p in rebuild_files.differing(layers, pushed, rebuilt)] == [
+        (2, layers[1], "b", "X"),
+        (4, layers[3], "d", "X"),
+        (5, layers[4], "e", "X"),
+    ]
+    assert rebuild_files.differing(layers, pushed, [*rebuilt, "extra"]) == []
+    assert rebuild_files.differing(layers[:4], pushed, rebuilt) == []
+    assert len(rebuild_files.differing(layers + layers, pushed * 2, ["X"] * 10)) == rebuild_files.MAX_LAYERS
