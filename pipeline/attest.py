@@ -3,7 +3,8 @@ envelopes with a public key. No hand-written crypto: securesystemslib and crypto
 
 The private key is read in one place only: the signer, this module run as a process of its own from
 the hash-locked .venv-signer (`python -m pipeline.attest`), importing the standard library, those two
-packages and pipeline.errors/pipeline.statements only. The build's process sends it statements and gets
+packages and in-repo modules that use the standard library only (pipeline.errors, pipeline.statements
+and what they import). The build's process sends it statements and gets
 envelopes back. Where the key may lie and where its passphrase comes from: docs/supply-chain.md ("Keys").
 """
 
@@ -99,7 +100,7 @@ class Signatures:
     @classmethod
     def read(cls, answer: dict) -> Signatures:
         """The signer's answer to "sign", as it gave it here or in a job of its own (`build.py attach`)."""
-        envelopes = [base64.b64decode(e) for e in answer["envelopes"]]
+        envelopes = [base64.b64decode(e, validate=True) for e in answer["envelopes"]]  # no stray bytes skipped
         return cls(str(answer["keyid"]), envelopes, str(answer["run"]), str(answer["signed_at"]))
 
 

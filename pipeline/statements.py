@@ -86,7 +86,7 @@ def statement(kind: str, subject: Subject, predicate: dict) -> dict:
 
 
 def encode(stmt: dict) -> bytes:
-    """The bytes that are signed: canonical enough to be stable (sorted keys, no spaces)."""
+    """Canonical JSON bytes (sorted keys, no spaces): the signed payloads, the envelopes and the artifacts pushed."""
     return json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -484,3 +484,11 @@ def test_build_py_list_says_whether_pushes_are_signed(monkeypatch, keypair):
     assert signing_line().startswith("signing: unsigned")
     monkeypatch.setenv(attest.SIGN_KEY_ENV, str(source.path))
     assert signing_line() == f"signing: pushes are signed with key {keyid[:16]}… (PROVEN_TORCH_SIGN_KEY, read by the signer)"
+
+
+def test_a_signers_answer_with_bytes_outside_base64_is_refused_not_decoded_past_them():
+    """`build.py attach` reads an answer file it is given: an envelope with stray bytes is not a signer's."""
+    answer = {"keyid": "k", "run": "r", "signed_at": "2026-12-06T00:00:00Z"}
+    assert attest.Signatures.read({**answer, "envelopes": ["e30="]}).envelopes == [b"{}"]
+    with pytest.raises(ValueError):
+        attest.Signatures.read({**answer, "envelopes": ["e30=!!"]})
