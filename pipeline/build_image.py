@@ -164,7 +164,7 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
     written again to be reproducible, rebuild_config.normalise, when the build has its epochs)."""
     variant, out_dir, platform, verbose = build.variant, build.out_dir, build.platform, build.verbose
     # The drift check is this checkout's: another (a rebuild's worktree of an older revision) is built as committed
-    stale = stale_files(matrix, audit.disclosures([variant]), variants=[variant]) if build.context == REPO_ROOT else []
+    stale = stale_files(matrix, audit.disclosures([variant]), variants=[variant]) if build.context.resolve() == REPO_ROOT else []
     if stale:
         raise UsageError(f"{', '.join(p.name for p in stale)} out of date with images/; run `python build.py render` and commit")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -124,7 +124,7 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
     return "\n\n".join(
         [
             f"# No lock yet for {variant.name}: its index could not be reached where the locks\n"
-            f"# were made. Pins only; run `python build.py lock --cuda {variant.cuda}` where it can.\n"
+            f"# were made. Pins only; run `python build.py lock {matrix.build_flags(variant)}` where it can.\n"
             "# torch and the CUDA libraries it brings (nvidia-* wheels): the largest layer.\n"
             + secret_note
             + _pip_run(matrix, f'--index-url {variant.index} "torch=={variant.torch}"')

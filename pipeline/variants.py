@@ -6,6 +6,7 @@ import dataclasses
 import re
 import tomllib
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,10 +229,7 @@ class Matrix:
 
     def line(self, name: str) -> Variant:
         """A line by its name, a flavor's ("2.9-cu128-rlhf") too (by_name: a base line only)."""
-        found = next((v for v in self.every_variant() if v.name == name), None)
-        if found is None:
-            raise UsageError(f"unknown line {name!r}; the matrix has {', '.join(v.name for v in self.every_variant())}")
-        return found
+        return _named(self.every_variant(), name, "line")
 
     def base_image_for(self, platform: str) -> str:
         """The base image for `platform`: the matrix's name for amd64; docker-library's per-architecture
@@ -252,10 +250,15 @@ class Matrix:
         return list(dict.fromkeys(v.cuda for v in self.variants))
 
     def by_name(self, name: str) -> Variant:
-        for v in self.variants:
-            if v.name == name:
-                return v
-        raise UsageError(f"unknown variant {name!r}; the matrix has {', '.join(v.name for v in self.variants)}")
+        return _named(self.variants, name, "variant")
+
+
+def _named(variants: Sequence[Variant], name: str, what: str) -> Variant:
+    """The variant called `name`, else one line naming every one there is."""
+    found = next((v for v in variants if v.name == name), None)
+    if found is None:
+        raise UsageError(f"unknown {what} {name!r}; the matrix has {', '.join(v.name for v in variants)}")
+    return found
 
 
 def _keys(cls: type, names: str) -> dict[str, type]:
