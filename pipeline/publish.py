@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline import index_push, push, registry, run_facts, zstd_push
+from pipeline import index_push, push, registry, run_facts
 from pipeline.errors import PipelineError
 from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import FACTS, Facts, write
@@ -69,7 +69,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
             if key and local != tagged.tags[0] and not signed:  # the first moving tag: sign first
                 sign_what_is_pushed()
             if form == "zstd":
-                zstd_digest = zstd_push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
+                zstd_digest = push.push_tag_zstd(client, tagged.stamped_id, target.ref, local, remote, zstd_digest)
                 refs[f"{target.ref}:{remote}"] = zstd_digest
             else:
                 refs[f"{target.ref}:{remote}"] = push.push_tag(client, tagged.stamped_id, target.ref, local)

@@ -1,20 +1,31 @@
 """The push decision: tag the validated image, re-check each tag names it, push exactly that
-image, immutable tag first. The zstd form is pipeline/zstd_push.py; the registry's HTTP API
+image, immutable tag first. gzip is `docker push`; zstd is skopeo: the validated image's layers
+compressed into an OCI layout, the image's own config put back (so the image ID, the diff IDs and the
+HEALTHCHECK stay), uploaded, and the registry's manifest read back and checked. The registry's HTTP API
 (sizes, the SBOM artifact) is pipeline/registry.py."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 from common.deadlines import DEADLINES
 from pipeline import hostprocs
 from pipeline.docker_env import sdk_errors
-from pipeline.errors import Interrupted, PushFailed, ValidationFailed
+from pipeline.errors import Interrupted, PushFailed, UsageError, ValidationFailed
+from pipeline.registry import parse_ref
 
 # build.py --compression (cli_text.py says which runtimes pull each); `both` pushes gzip under the plain
 # tags, so no runtime meets a tag it cannot pull, and a zstd form of each under ZSTD_SUFFIX.
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_SUFFIX = "-zstd"
+ZSTD_LEVEL = 3
 
 
 def tag_image(client, image_id: str, ref: str, tags: list[str]) -> list[str]:
@@ -79,3 +90,142 @@ def push_tag(client, image_id: str, ref: str, tag: str) -> str:
         raise PushFailed(f"push of {ref}:{tag} ended without a digest; the registry did not confirm it")
     print(f"==> pushed {ref}:{tag} ({digest}) in {time.monotonic() - start:.0f}s", flush=True)
     return digest
+
+
+# --------------------------------------------------------------------------- zstd (skopeo)
+
+
+def skopeo() -> str:
+    exe = shutil.which("skopeo")
+    if not exe:
+        raise UsageError("--compression zstd/both needs skopeo (Debian: apt-get install skopeo); or push gzip")
+    return exe
+
+
+def _tls_args(ref: str, flag: str) -> list[str]:
+    """Plain HTTP only to a registry written as loopback (pipeline.registry's one rule)."""
+    return [f"{flag}=false"] if parse_ref(f"{ref}:x").loopback else []
+
+
+def exact_config(client, image_id: str) -> bytes:
+    """The image's config JSON, byte for byte (its sha256 is the image ID), read from the daemon's
+    `docker save` stream (members in name order, so the config comes somewhere among the layers);
+    the stream is closed once it is found."""
+    chunks = client.api.get_image(image_id, chunk_size=1 << 20)
+
+    class Stream:
+        buffer = b""
+
+        def read(self, n: int = -1) -> bytes:
+            while n < 0 or len(self.buffer) < n:
+                chunk = next(chunks, b"")
+                if not chunk:
+                    break
+                self.buffer += chunk
+            out, self.buffer = (self.buffer, b"") if n < 0 else (self.buffer[:n], self.buffer[n:])
+            return out
+
+    try:
+        with tarfile.open(fileobj=Stream(), mode="r|") as archive:  # type: ignore[call-overload]  # read() is all r| needs
+            for member in archive:
+                if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
+                    data = archive.extractfile(member).read()
+                    if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
+                        return data
+                    break
+    finally:
+        chunks.close()
+    raise PushFailed(f"could not read the exact config of {image_id[:19]} from the Docker daemon")
+
+
+def _use_exact_config(layout: Path, config: bytes) -> None:
+    """Put the image's own config into an OCI layout skopeo wrote (skopeo re-serialises it when it
+    converts to OCI, dropping Docker's HEALTHCHECK among others), so the pushed image keeps its ID."""
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    entry = index["manifests"][0]
+    manifest = json.loads((blobs / entry["digest"].split(":", 1)[1]).read_bytes())
+    config_hex = hashlib.sha256(config).hexdigest()
+    (blobs / config_hex).write_bytes(config)
+    manifest["config"] = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        "digest": f"sha256:{config_hex}",
+        "size": len(config),
+    }
+    data = json.dumps(manifest, separators=(",", ":")).encode()
+    manifest_hex = hashlib.sha256(data).hexdigest()
+    (blobs / manifest_hex).write_bytes(data)
+    entry.update(digest=f"sha256:{manifest_hex}", size=len(data))
+    (layout / "index.json").write_text(json.dumps(index))
+
+
+def _skopeo_copy(args: list[str], what: str, start: float) -> None:
+    """Run `skopeo copy ARGS`, streaming its blob lines; one-line PushFailed when it fails or outlives its deadline."""
+    tail: list[str] = []
+
+    def show(line: str) -> None:
+        tail.append(line.strip())
+        del tail[:-5]
+        if line.startswith(("Copying blob", "Copying config", "Writing manifest")) and "skipped" not in line:
+            print(f"  [{time.monotonic() - start:6.1f}s] {line.strip()[:100]}", flush=True)
+
+    ran = hostprocs.run_host(
+        [skopeo(), "copy", "--retry-times", "2", *args], "skopeo copy", what=f"the push of {what}", on_line=show
+    )
+    if ran.timed_out:
+        raise PushFailed(f"cannot push {what}: skopeo did not finish within {ran.deadline:.0f} s and was stopped")
+    if ran.returncode != 0:
+        detail = next((ln for ln in reversed(tail) if ln), f"skopeo exited {ran.returncode}")
+        raise PushFailed(f"cannot push {what}: {detail[:240]}; is the registry running and reachable?")
+
+
+def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pushed_digest: str | None = None) -> str:
+    """Push the image under ref:tag with zstd layers (skopeo); return the manifest digest. The first zstd push
+    of a run compresses the daemon's image (its local tag re-checked to name the validated image) into an OCI
+    layout with its own config put back; later tags copy that manifest inside the registry (`pushed_digest`),
+    so nothing is compressed twice. What the registry then holds is checked (check_zstd_manifest)."""
+    check_tag(client, image_id, ref, local_tag)
+    print(f"==> push {ref}:{tag} (zstd)", flush=True)
+    start = time.monotonic()
+    dest = [f"docker://{ref}:{tag}", *_tls_args(ref, "--dest-tls-verify")]
+    with tempfile.TemporaryDirectory(prefix="proven-torch-zstd-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        keep_digests = ["--preserve-digests", "--digestfile", str(digest_file)]
+        if pushed_digest:
+            source = [*_tls_args(ref, "--src-tls-verify"), f"docker://{ref}@{pushed_digest}"]
+            _skopeo_copy([*keep_digests, *source, *dest], f"{ref}:{tag}", start)
+        else:
+            layout = Path(tmp) / "layout"
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # read the config while skopeo compresses
+                config = pool.submit(exact_config, client, image_id)
+                zstd = ["--format", "oci", "--dest-compress-format", "zstd", "--dest-compress-level", str(ZSTD_LEVEL)]
+                _skopeo_copy([*zstd, f"docker-daemon:{ref}:{local_tag}", f"oci:{layout}:image"], f"{ref}:{tag}", start)
+                _use_exact_config(layout, config.result())
+            _skopeo_copy([*keep_digests, f"oci:{layout}:image", *dest], f"{ref}:{tag}", start)
+        digest = digest_file.read_text().strip()
+    check_zstd_manifest(client, image_id, ref, digest)
+    print(f"==> pushed {ref}:{tag} ({digest}, zstd) in {time.monotonic() - start:.0f}s", flush=True)
+    return digest
+
+
+def check_zstd_manifest(client, image_id: str, ref: str, digest: str) -> None:
+    """What the registry holds under `digest` is the validated image: same config, same diff IDs, zstd layers."""
+    tls = _tls_args(ref, "--tls-verify")
+
+    def inspect(*what: str) -> dict:
+        done = hostprocs.run_host([skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"], "skopeo inspect")
+        if done.returncode != 0:
+            raise PushFailed(f"cannot read back {ref}@{digest}: {done.stderr.strip()[:200]}")
+        return json.loads(done.stdout)
+
+    manifest, config = inspect("--raw"), inspect("--config", "--raw")
+    expected = client.images.get(image_id).attrs["RootFS"]["Layers"]
+    wrong = []
+    if manifest["config"]["digest"] != image_id:
+        wrong.append(f"config {manifest['config']['digest'][:19]} is not the validated {image_id[:19]}")
+    if config["rootfs"]["diff_ids"] != expected:
+        wrong.append("its layers' diff IDs differ from the validated image's")
+    if not all(layer["mediaType"].endswith("+zstd") for layer in manifest["layers"]):
+        wrong.append("not every layer is zstd")
+    if wrong:
+        raise PushFailed(f"{ref}@{digest} in the registry is not the validated image: {'; '.join(wrong)}")

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import docker_env, registry, zstd_push
+from pipeline import docker_env, push, registry
 from pipeline.attest import KeySource, key_source
 from pipeline.errors import UsageError
 from pipeline.variants import AMD64, BASE, PLATFORMS, REPO_ROOT, Matrix, Variant, resolve
@@ -57,7 +57,7 @@ def check_request(config: Request, gpus: int) -> None:
     if config.compression != "gzip":
         if not config.push:
             raise UsageError(f"--compression {config.compression} is only used with --push; add --push or drop it")
-        zstd_push.skopeo()  # before the build, not after it
+        push.skopeo()  # before the build, not after it
     if config.hold_moving_tags and not config.push:
         raise UsageError("--hold-moving-tags is only used with --push; add --push or drop --hold-moving-tags")
     if config.sign_key is not None and not config.push:

@@ -41,7 +41,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common.procs import free_port  # noqa: E402
-from pipeline import zstd_push  # noqa: E402
+from pipeline import push  # noqa: E402
 from pipeline.docker_env import docker_client  # noqa: E402
 from pipeline.registry import MANIFEST_TYPES  # noqa: E402
 from pipeline.variants import REPO_ROOT, load_matrix  # noqa: E402
@@ -232,9 +232,9 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
     with phase_registry(work, image, "cold", "changed") as (registry, ref):
         say("cold push, zstd (skopeo, build.py --compression zstd) ...")
         start = time.monotonic()
-        digest = zstd_push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
+        digest = push.push_tag_zstd(client, image.id, ref, "cold", "zstd")
         seconds = time.monotonic() - start
-        out = {"cold_push_seconds": round(seconds, 1), "level": zstd_push.ZSTD_LEVEL, **layer_stats(registry.manifest("zstd"))}
+        out = {"cold_push_seconds": round(seconds, 1), "level": push.ZSTD_LEVEL, **layer_stats(registry.manifest("zstd"))}
         say(f"  {seconds:.0f} s; a one-file change, re-pushed ...")
         before = {layer["digest"] for layer in registry.manifest("zstd")["layers"]}
         dockerfile = f"FROM {image.id}\nUSER 0\nRUN echo '# bench' >> /opt/proven-torch/smoke/__init__.py\nUSER 1000:100\n"
@@ -243,7 +243,7 @@ def zstd_phase(client, image, work: Path, docker_pull: bool = True) -> dict:
         ]
         changed.tag(ref, "changed")
         start = time.monotonic()
-        zstd_push.push_tag_zstd(client, changed.id, ref, "changed", "changed")
+        push.push_tag_zstd(client, changed.id, ref, "changed", "changed")
         manifest = registry.manifest("changed")
         out["repush_after_one_file_change_seconds"] = round(time.monotonic() - start, 1)
         out["repush_after_one_file_change_bytes"] = sum(

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import requests
 
-from pipeline import push, registry, zstd_push
+from pipeline import push, registry
 from pipeline.errors import PushFailed
 from pipeline.publish import publish
 from pipeline.target import Tagged, Target
@@ -68,7 +68,7 @@ def test_a_zstd_push_is_the_image_and_containerd_pulls_it(request, docker, names
     tag = f"t{uuid.uuid4().hex[:8]}"
     docker.images.get(image).tag(ref, tag)
     try:
-        digest = zstd_push.push_tag_zstd(docker, image, ref, tag, tag + push.ZSTD_SUFFIX)  # reads it back itself, too
+        digest = push.push_tag_zstd(docker, image, ref, tag, tag + push.ZSTD_SUFFIX)  # reads it back itself, too
     finally:
         docker.images.remove(f"{ref}:{tag}")
     manifest = registry_manifest(f"{ref}:{tag}{push.ZSTD_SUFFIX}").json()

@@ -38,7 +38,7 @@ PIPELINE_LAYERS = layer_map()
 # What scripts/ may import from pipeline/: the functions build.py's commands use, and the data they pass.
 PUBLIC = {
     "pipeline", "pipeline.errors", "pipeline.variants", "pipeline.statements", "pipeline.publish", "pipeline.registry",
-    "pipeline.docker_env", "pipeline.html_report", "pipeline.zstd_push", "pipeline.hostprocs", "pipeline.records",
+    "pipeline.docker_env", "pipeline.html_report", "pipeline.push", "pipeline.hostprocs", "pipeline.records",
     "pipeline.signing",
 }  # fmt: skip
 

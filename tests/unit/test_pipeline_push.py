@@ -1,4 +1,4 @@
-"""The push's pure parts (pipeline/push.py, pipeline/zstd_push.py): the push order per compression, and the OCI layout patch
+"""The push's pure parts (pipeline/push.py): the push order per compression, and the OCI layout patch
 that keeps the validated config (the zstd push itself runs against a real registry in
 tests/image/test_transport.py)."""
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pipeline import push, zstd_push
+from pipeline import push
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +58,7 @@ def _layout(tmp_path, converted: bytes):
 def test_the_layout_gets_the_images_own_config_back(tmp_path):
     original = b'{"config":{"Healthcheck":{"Test":["CMD","healthcheck"]}},"rootfs":{"diff_ids":["sha256:1"]}}'
     _layout(tmp_path, b'{"config":{}}')
-    zstd_push._use_exact_config(tmp_path, original)
+    push._use_exact_config(tmp_path, original)
     entry = json.loads((tmp_path / "index.json").read_text())["manifests"][0]
     data = (tmp_path / "blobs" / "sha256" / entry["digest"].split(":")[1]).read_bytes()
     assert entry["digest"] == "sha256:" + hashlib.sha256(data).hexdigest() and entry["size"] == len(data)

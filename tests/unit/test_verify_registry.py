@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from pipeline import attest, index_push, registry, statements, verify, zstd_push
+from pipeline import attest, index_push, push, registry, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.image_statements import image_statements
 from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
@@ -464,7 +464,7 @@ def test_only_a_registry_written_as_loopback_is_spoken_to_without_tls(host, loop
     ref = registry.ImageRef(host, "r", "t")
     assert ref.loopback is loopback and ref.base.startswith("http://" if loopback else "https://")
     plain = f"{host}/r"
-    assert (zstd_push._tls_args(plain, "--dest-tls-verify") == ["--dest-tls-verify=false"]) is loopback  # skopeo
+    assert (push._tls_args(plain, "--dest-tls-verify") == ["--dest-tls-verify=false"]) is loopback  # skopeo
     assert (index_push._insecure(plain) == ["--insecure"]) is loopback  # docker manifest
 
 
