@@ -14,11 +14,13 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import IO, cast
 
 from common.deadlines import DEADLINES
 from pipeline import hostprocs
 from pipeline.docker_env import sdk_errors
 from pipeline.errors import Interrupted, PushFailed, UsageError, ValidationFailed
+from pipeline.rebuild_files import Chunks
 from pipeline.registry import parse_ref
 
 # build.py --compression (cli_text.py says which runtimes pull each); `both` pushes gzip under the plain
@@ -112,24 +114,11 @@ def exact_config(client, image_id: str) -> bytes:
     `docker save` stream (members in name order, so the config comes somewhere among the layers);
     the stream is closed once it is found."""
     chunks = client.api.get_image(image_id, chunk_size=1 << 20)
-
-    class Stream:
-        buffer = b""
-
-        def read(self, n: int = -1) -> bytes:
-            while n < 0 or len(self.buffer) < n:
-                chunk = next(chunks, b"")
-                if not chunk:
-                    break
-                self.buffer += chunk
-            out, self.buffer = (self.buffer, b"") if n < 0 else (self.buffer[:n], self.buffer[n:])
-            return out
-
     try:
-        with tarfile.open(fileobj=Stream(), mode="r|") as archive:  # type: ignore[call-overload]  # read() is all r| needs
+        with tarfile.open(fileobj=cast(IO[bytes], Chunks(chunks)), mode="r|") as archive:
             for member in archive:
                 if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
-                    data = archive.extractfile(member).read()
+                    data = archive.extractfile(member).read()  # type: ignore[union-attr]  # a file member has a body
                     if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
                         return data
                     break

@@ -68,3 +68,43 @@ def test_the_layout_gets_the_images_own_config_back(tmp_path):
     assert manifest["config"]["size"] == len(original)
     assert (tmp_path / "blobs" / "sha256" / manifest["config"]["digest"].split(":")[1]).read_bytes() == original
     assert manifest["layers"][0]["mediaType"].endswith("+zstd")
+
+
+def _saved(config: bytes, closed: list) -> object:
+    """A stand-in for the Docker SDK client whose `docker save` stream holds a layer and `config`, in odd
+    chunks (an empty one among them), and records when the stream is closed."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    with tarfile.open(fileobj=buf, mode="w") as archive:
+        for name, data in (("0" * 64 + "/layer.tar", b"x" * 70_000), (image_id[7:] + ".json", config)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    saved = buf.getvalue()
+
+    def stream(image: str, chunk_size: int):
+        try:
+            yield b""
+            for at in range(0, len(saved), 1000):
+                yield saved[at : at + 1000]
+        finally:
+            closed.append(image)
+
+    class Client:
+        class api:
+            get_image = staticmethod(stream)
+
+    return Client()
+
+
+def test_the_exact_config_is_read_from_the_saved_stream_which_is_then_closed():
+    config = b'{"config":{"Healthcheck":{"Test":["CMD","healthcheck"]}}}'
+    closed: list = []
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    assert push.exact_config(_saved(config, closed), image_id) == config
+    assert closed == [image_id]
+    with pytest.raises(push.PushFailed, match="could not read the exact config"):
+        push.exact_config(_saved(config, closed), "sha256:" + "0" * 64)
