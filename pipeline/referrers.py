@@ -27,11 +27,6 @@ def subject_descriptor(registry: Registry, digest: str) -> dict:
     return {"mediaType": media, "digest": digest, "size": len(body)}
 
 
-def _annotations(descriptor: dict) -> dict:
-    value = descriptor.get("annotations")
-    return value if isinstance(value, dict) else {}
-
-
 def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]) -> list[dict]:
     """Push each (predicate type, DSSE envelope) as an artifact about `subject` (a descriptor); return
     the artifacts' descriptors. Every statement of the same predicate types pushed before for the same
@@ -62,16 +57,16 @@ def attach(registry: Registry, subject: dict, envelopes: list[tuple[str, bytes]]
     new = {d["digest"] for d in added}
 
     def superseded(descriptor: dict) -> bool:
-        return _annotations(descriptor).get(PREDICATE_ANNOTATION) in kinds and descriptor["digest"] not in new
+        annotations = descriptor.get("annotations")
+        kind = annotations.get(PREDICATE_ANNOTATION) if isinstance(annotations, dict) else None
+        return kind in kinds and descriptor["digest"] not in new
 
     if native:  # the registry lists referrers itself: remove what these replace, where it allows deletes
-        delete_about(registry, subject["digest"], [old for old in registry.referrers(subject["digest"]) if superseded(old)])
-        return added
-    tag = fallback_tag(subject["digest"])
-    listed = registry.tagged_referrers(subject["digest"])
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
-    registry.put_manifest(tag, statements.encode(index), OCI_INDEX)
-    # the index lists the live set; what it no longer lists is deleted where the registry lets clients delete
+        listed = registry.referrers(subject["digest"])
+    else:  # the index lists the live set; what it no longer lists is deleted where the registry lets clients delete
+        listed = registry.tagged_referrers(subject["digest"])
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d for d in listed if not superseded(d)] + added}
+        registry.put_manifest(fallback_tag(subject["digest"]), statements.encode(index), OCI_INDEX)
     delete_about(registry, subject["digest"], [old for old in listed if superseded(old)])
     return added
 
