@@ -1,12 +1,7 @@
-"""One tag, several architectures: a multi-arch index (a Docker manifest list) over the
-per-architecture images a run validated and pushed.
-
-The index is written only when every platform of the line was validated and pushed in
-this run (`plan_index` refuses otherwise, naming what is missing), and only after each
-child, read back from the registry by its digest, proves to be the very image that was
-validated (its config digest is the stamped image's ID). The pushed index is read back
-too: it must list exactly those children. The Docker CLI writes and reads it
-(`docker manifest`, experimental in 20.10), so any registry the user is logged in to works.
+"""One tag, several architectures: a multi-arch index (a Docker manifest list) over the per-architecture
+images a run validated and pushed, written only when every platform was, each child read back first and
+the index after (README, "Two architectures"). The Docker CLI writes and reads it (`docker manifest`,
+experimental in 20.10), so any registry the user is logged in to works.
 """
 
 from __future__ import annotations
@@ -77,21 +72,19 @@ def _insecure(ref: str) -> list[str]:
     return ["--insecure"] if parse_ref(f"{ref}:x").loopback else []
 
 
-def check_child(child: Child) -> None:
-    """Refuse a child whose pushed manifest is not the validated image."""
-    manifest = json.loads(_docker(["manifest", "inspect", *_insecure(child.ref), child.by_digest], f"reading {child.by_digest}"))
-    config = (manifest.get("config") or {}).get("digest")
-    if config != child.image_id:
-        raise PushFailed(
-            f"{child.by_digest} holds image {str(config)[:19]}, not the validated {child.image_id[:19]}; "
-            "refusing to put it in the multi-arch index"
-        )
-
-
 def push_index(ref: str, tag: str, children: list[Child]) -> str:
-    """Write ref:tag as an index of `children` (each re-checked first), read it back, return its digest."""
+    """Write ref:tag as an index of `children` (each re-checked first: its pushed manifest's config is the
+    validated image), read it back, return its digest."""
     for child in children:
-        check_child(child)
+        manifest = json.loads(
+            _docker(["manifest", "inspect", *_insecure(child.ref), child.by_digest], f"reading {child.by_digest}")
+        )
+        config = (manifest.get("config") or {}).get("digest")
+        if config != child.image_id:
+            raise PushFailed(
+                f"{child.by_digest} holds image {str(config)[:19]}, not the validated {child.image_id[:19]}; "
+                "refusing to put it in the multi-arch index"
+            )
     target = f"{ref}:{tag}"
     insecure = _insecure(ref)
     try:  # an unpushed list of that name from an interrupted run would be amended, not replaced
