@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline import index_push, push, registry, run_facts
+from pipeline import push, registry, run_facts
 from pipeline.errors import PipelineError
 from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import FACTS, Facts, write
@@ -110,12 +110,12 @@ def publish_index(results: dict[str, tuple[Target, Tagged, Pushed]], request: Re
     if any(tagged.line_tags != first.line_tags for _, tagged, _ in results.values()):
         raise PipelineError("the architectures' images report different torch, CUDA or Python; no multi-arch tag moved")
     children = {
-        platform: index_push.Child(platform, ref, tagged.tags[0], pushed.refs[f"{ref}:{tagged.tags[0]}"], tagged.stamped_id)
+        platform: push.Child(platform, ref, tagged.tags[0], pushed.refs[f"{ref}:{tagged.tags[0]}"], tagged.stamped_id)
         for platform, (_, tagged, pushed) in results.items()
     }
-    ordered = index_push.plan_index(request.variant.platforms, children)
+    ordered = push.plan_index(request.variant.platforms, children)
     line_tags = first.line_tags[:1] if request.hold_moving_tags else first.line_tags
-    index = {f"{ref}:{line_tags[0]}": index_push.push_index(ref, line_tags[0], ordered)}
+    index = {f"{ref}:{line_tags[0]}": push.push_index(ref, line_tags[0], ordered)}
     signed: dict = {}
     if request.sign_key:  # before any moving tag names the index
         about = [
@@ -127,7 +127,7 @@ def publish_index(results: dict[str, tuple[Target, Tagged, Pushed]], request: Re
         stmts = index_statements(Subject(ref, digest), recorded, first.line_tags, about)
         client = registry.Registry(registry.parse_ref(f"{ref}@{digest}"))
         signed = sign_digest(request.sign_key, client, digest, stmts)
-    index |= {f"{ref}:{tag}": index_push.push_index(ref, tag, ordered) for tag in line_tags[1:]}
+    index |= {f"{ref}:{tag}": push.push_index(ref, tag, ordered) for tag in line_tags[1:]}
     record = {
         "index": index,
         "signatures": signed or UNSIGNED,

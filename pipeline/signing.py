@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 
 from common.cli import atomic_write
-from pipeline import attest, index_push, referrers, registry, statements
+from pipeline import attest, push, referrers, registry, statements
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.image_statements import image_statements, index_statements, proven_validation
 from pipeline.labels import VALIDATION_SHA256
@@ -144,7 +144,7 @@ def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, t
             f"{', '.join(sorted(named))[:200]} of line(s) {', '.join(sorted(lines))}"
         )
     facts = Facts.read(load(children[0] / "facts.json", "child's run facts"), children[0] / "facts.json")
-    tags = [index_push.plain_tag(t) for t in facts.tags]
+    tags = [push.plain_tag(t) for t in facts.tags]
     stmts = index_statements(Subject(ref.name, ref.reference), facts, tags, about)
     subject = {"name": ref.name, "digest": ref.reference, "variant": facts.line, "children": sorted(named)}
     write_prepared(prepare, subject, stmts)

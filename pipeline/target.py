@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.html_report import write_page
-from pipeline.index_push import arch_tag
+from pipeline.push import arch_tag
 from pipeline.records import REPORT, write
 from pipeline.validation.gate import Validation
 from pipeline.variants import AMD64, Variant

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from pipeline import index_push, push
+from pipeline import push
 from pipeline.errors import PushFailed
 from pipeline.variants import AMD64, ARM64
 from tests.image.conftest import REGISTRY, manifest_inspect
@@ -28,10 +28,10 @@ def children(docker, tmp_path_factory):
     out = {}
     for platform in (AMD64, ARM64):
         image_id = build_tiny(tmp_path, platform)
-        tag = index_push.arch_tag("line", platform)
+        tag = push.arch_tag("line", platform)
         push.tag_image(docker, image_id, REF, [tag])
         digest = push.push_tag(docker, image_id, REF, tag)
-        out[platform] = index_push.Child(platform, REF, tag, digest, image_id)
+        out[platform] = push.Child(platform, REF, tag, digest, image_id)
     yield out
     for child in out.values():
         subprocess.run(["docker", "rmi", "-f", f"{REF}:{child.tag}", child.image_id], capture_output=True, check=False)
@@ -44,8 +44,8 @@ def _inspect(ref: str) -> dict:
 
 
 def test_the_index_lists_each_platform_with_its_validated_childs_digest(children):
-    ordered = index_push.plan_index((AMD64, ARM64), children)
-    digest = index_push.push_index(REF, "line", ordered)
+    ordered = push.plan_index((AMD64, ARM64), children)
+    digest = push.push_index(REF, "line", ordered)
     listed = _inspect(f"{REF}:line")
     assert {(m["platform"]["os"], m["platform"]["architecture"], m["digest"]) for m in listed["manifests"]} == {
         ("linux", "amd64", children[AMD64].digest),
@@ -55,7 +55,7 @@ def test_the_index_lists_each_platform_with_its_validated_childs_digest(children
 
 
 def test_pulling_the_tag_for_arm64_yields_the_arm64_image(children, docker):
-    index_push.push_index(REF, "line", index_push.plan_index((AMD64, ARM64), children))
+    push.push_index(REF, "line", push.plan_index((AMD64, ARM64), children))
     for child in children.values():  # the pull below must come from the registry
         subprocess.run(["docker", "rmi", "-f", f"{REF}:{child.tag}", child.image_id], capture_output=True, check=False)
     pulled = docker.images.pull(REF, tag="line", platform=ARM64)
@@ -66,9 +66,9 @@ def test_pulling_the_tag_for_arm64_yields_the_arm64_image(children, docker):
 
 def test_a_child_that_is_not_the_validated_image_is_refused(children):
     """The registry holds arm64's image under arm64's digest; claiming it is amd64's validated image fails."""
-    wrong = index_push.Child(AMD64, REF, children[ARM64].tag, children[ARM64].digest, children[AMD64].image_id)
+    wrong = push.Child(AMD64, REF, children[ARM64].tag, children[ARM64].digest, children[AMD64].image_id)
     with pytest.raises(PushFailed, match="not the validated"):
-        index_push.push_index(REF, "wrong", [wrong, children[ARM64]])
+        push.push_index(REF, "wrong", [wrong, children[ARM64]])
     gone = manifest_inspect(f"{REF}:wrong")
     assert gone.returncode != 0, "a refused index was pushed anyway"
 

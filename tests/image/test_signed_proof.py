@@ -25,7 +25,7 @@ from threading import Thread
 
 import pytest
 
-from pipeline import attest, index_push, push, referrers, registry, statements
+from pipeline import attest, push, referrers, registry, statements
 from pipeline.docker_env import find_build_cli
 from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import Facts
@@ -337,10 +337,10 @@ def test_a_proof_older_than_max_age_is_refused(sign_keys, tiny, tmp_path):
 def test_every_child_of_a_multi_arch_index_is_verified(sign_keys, tiny, tmp_path):
     children = []
     for platform in (AMD64, ARM64):
-        image_id, digest, ref = tiny("line", platform=platform, tag=index_push.arch_tag(f"line-{RUN}", platform))
+        image_id, digest, ref = tiny("line", platform=platform, tag=push.arch_tag(f"line-{RUN}", platform))
         sign(sign_keys, tmp_path, ref, digest, image_id, platform)
-        children.append(index_push.Child(platform, REF, ref.rsplit(":", 1)[1], digest, image_id))
-    index = index_push.push_index(REF, f"line-{RUN}", children)
+        children.append(push.Child(platform, REF, ref.rsplit(":", 1)[1], digest, image_id))
+    index = push.push_index(REF, f"line-{RUN}", children)
     about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
     facts = Facts.load(next(tmp_path.glob("run-*")).joinpath("facts.json"))
     stmts = index_statements(Subject(REF, index), facts, [f"line-{RUN}"], about)
@@ -607,7 +607,7 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
     `verify` of the multi-arch tag passes (it always failed for a released index before)."""
     prepared, children = [], []
     for platform in (AMD64, ARM64):
-        tag = index_push.arch_tag(f"rel-{RUN}", platform)
+        tag = push.arch_tag(f"rel-{RUN}", platform)
         validation_files(tmp_path / arch(platform), platform=platform)
         image_id, digest, _ = tiny("rel-line", platform=platform, tag=tag, labels=stamp_label(tmp_path / arch(platform)))
         report = run_folder(tmp_path / arch(platform), ref=REF, digest=digest, image_id=image_id, platform=platform, tags=(tag,))
@@ -615,8 +615,8 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
         done = sign_cli(sign_keys, digest, report, "--prepare", str(folder))  # signs the child and prepares it
         assert done.returncode == 0, done.stderr
         prepared.append(str(folder))
-        children.append(index_push.Child(platform, REF, tag, digest, image_id))
-    index = index_push.push_index(REF, f"rel-{RUN}", children)
+        children.append(push.Child(platform, REF, tag, digest, image_id))
+    index = push.push_index(REF, f"rel-{RUN}", children)
     other = tmp_path / "other"
     other.mkdir()
     (other / "subject.json").write_text(json.dumps({"name": REF, "digest": "sha256:" + "0" * 64, "variant": "2.9-cu128"}))
@@ -706,11 +706,11 @@ def test_diff_compares_two_signed_images_and_names_each_regression(sign_keys, ti
 def test_diff_of_a_multi_arch_tag_compares_the_platform_asked_for(sign_keys, tiny, tmp_path):
     children = []
     for platform in (AMD64, ARM64):
-        tag = index_push.arch_tag(f"diffline-{RUN}", platform)
+        tag = push.arch_tag(f"diffline-{RUN}", platform)
         image_id, digest, ref = tiny("diff-line", platform=platform, tag=tag)
         sign(sign_keys, tmp_path, ref, digest, image_id, platform)
-        children.append(index_push.Child(platform, REF, tag, digest, image_id))
-    index = index_push.push_index(REF, f"diffline-{RUN}", children)
+        children.append(push.Child(platform, REF, tag, digest, image_id))
+    index = push.push_index(REF, f"diffline-{RUN}", children)
     about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
     facts = Facts.load(next(tmp_path.glob("run-*")).joinpath("facts.json"))
     sign_digest(key_of(sign_keys), client(), index, index_statements(Subject(REF, index), facts, [f"diffline-{RUN}"], about))

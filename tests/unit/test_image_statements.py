@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import statements
 from pipeline.image_statements import index_statements
-from pipeline.index_push import plain_tag
+from pipeline.push import plain_tag
 from pipeline.records import Facts
 from pipeline.statements import PREDICATES, Subject
 from pipeline.validation.gate import Validation

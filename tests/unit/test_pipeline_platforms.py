@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pipeline import index_push, request
+from pipeline import push, request
 from pipeline.errors import MatrixError, PushFailed, UsageError
 from pipeline.request import Request, check_platforms, check_request, emulation_problem, host_platform
 from pipeline.variants import AMD64, ARM64, MATRIX_PATH, REPO_ROOT, load_matrix
@@ -110,19 +110,19 @@ def test_host_platform_is_this_machine():
 
 
 def _child(platform, n):
-    return index_push.Child(platform, "127.0.0.1:5000/x", f"t-{platform[-5:]}", f"sha256:{n:064x}", f"sha256:{n + 9:064x}")
+    return push.Child(platform, "127.0.0.1:5000/x", f"t-{platform[-5:]}", f"sha256:{n:064x}", f"sha256:{n + 9:064x}")
 
 
 def test_an_index_is_refused_when_a_platform_was_not_validated_and_pushed():
     with pytest.raises(PushFailed, match=re.escape(f"{ARM64} was not validated and pushed")):
-        index_push.plan_index((AMD64, ARM64), {AMD64: _child(AMD64, 1)})
+        push.plan_index((AMD64, ARM64), {AMD64: _child(AMD64, 1)})
     both = {ARM64: _child(ARM64, 2), AMD64: _child(AMD64, 1)}
-    assert [c.platform for c in index_push.plan_index((AMD64, ARM64), both)] == [AMD64, ARM64]
+    assert [c.platform for c in push.plan_index((AMD64, ARM64), both)] == [AMD64, ARM64]
 
 
 def test_per_architecture_tags_say_the_architecture():
-    assert index_push.arch_tag("2.0-cu999", ARM64) == "2.0-cu999-arm64"
-    assert index_push.arch_tag("latest", AMD64) == "latest-amd64"
+    assert push.arch_tag("2.0-cu999", ARM64) == "2.0-cu999-arm64"
+    assert push.arch_tag("latest", AMD64) == "latest-amd64"
 
 
 def test_build_py_refuses_arm64_for_an_amd64_only_line_in_one_line(matrix):

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from pipeline import attest, index_push, push, registry, statements, verify
+from pipeline import attest, push, registry, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.image_statements import image_statements
 from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
@@ -465,7 +465,7 @@ def test_only_a_registry_written_as_loopback_is_spoken_to_without_tls(host, loop
     assert ref.loopback is loopback and ref.base.startswith("http://" if loopback else "https://")
     plain = f"{host}/r"
     assert (push._tls_args(plain, "--dest-tls-verify") == ["--dest-tls-verify=false"]) is loopback  # skopeo
-    assert (index_push._insecure(plain) == ["--insecure"]) is loopback  # docker manifest
+    assert (push._insecure(plain) == ["--insecure"]) is loopback  # docker manifest
 
 
 def test_a_push_to_a_name_that_resolves_to_loopback_or_that_docker_calls_insecure_is_refused():
