@@ -111,9 +111,10 @@ def skopeo() -> str:
     return exe
 
 
-def _tls_args(ref: str, flag: str) -> list[str]:
-    """Plain HTTP only to a registry written as loopback (pipeline.registry's one rule)."""
-    return [f"{flag}=false"] if parse_ref(f"{ref}:x").loopback else []
+def _plain_http(ref: str, flag: str) -> list[str]:
+    """The CLI flag (skopeo's, `docker manifest`'s) for plain HTTP, only to a registry written as loopback
+    (pipeline.registry's one rule)."""
+    return [flag] if parse_ref(f"{ref}:x").loopback else []
 
 
 def exact_config(client, image_id: str) -> bytes:
@@ -183,12 +184,12 @@ def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pus
     check_tag(client, image_id, ref, local_tag)
     print(f"==> push {ref}:{tag} (zstd)", flush=True)
     start = time.monotonic()
-    dest = [f"docker://{ref}:{tag}", *_tls_args(ref, "--dest-tls-verify")]
+    dest = [f"docker://{ref}:{tag}", *_plain_http(ref, "--dest-tls-verify=false")]
     with tempfile.TemporaryDirectory(prefix="proven-torch-zstd-") as tmp:
         digest_file = Path(tmp) / "digest"
         keep_digests = ["--preserve-digests", "--digestfile", str(digest_file)]
         if pushed_digest:
-            source = [*_tls_args(ref, "--src-tls-verify"), f"docker://{ref}@{pushed_digest}"]
+            source = [*_plain_http(ref, "--src-tls-verify=false"), f"docker://{ref}@{pushed_digest}"]
             _skopeo_copy([*keep_digests, *source, *dest], f"{ref}:{tag}", start)
         else:
             layout = Path(tmp) / "layout"
@@ -206,7 +207,7 @@ def push_tag_zstd(client, image_id: str, ref: str, local_tag: str, tag: str, pus
 
 def check_zstd_manifest(client, image_id: str, ref: str, digest: str) -> None:
     """What the registry holds under `digest` is the validated image: same config, same diff IDs, zstd layers."""
-    tls = _tls_args(ref, "--tls-verify")
+    tls = _plain_http(ref, "--tls-verify=false")
 
     def inspect(*what: str) -> dict:
         done = hostprocs.run_host([skopeo(), "inspect", *tls, *what, f"docker://{ref}@{digest}"], "skopeo inspect")
@@ -280,17 +281,12 @@ def _docker(args: list[str], what: str) -> str:
     return done.stdout
 
 
-def _insecure(ref: str) -> list[str]:
-    """A registry written as loopback speaks plain HTTP (pipeline.registry's one rule; the CLI needs telling)."""
-    return ["--insecure"] if parse_ref(f"{ref}:x").loopback else []
-
-
 def push_index(ref: str, tag: str, children: list[Child]) -> str:
     """Write ref:tag as an index of `children` (each re-checked first: its pushed manifest's config is the
     validated image), read it back, return its digest."""
     for child in children:
         manifest = json.loads(
-            _docker(["manifest", "inspect", *_insecure(child.ref), child.by_digest], f"reading {child.by_digest}")
+            _docker(["manifest", "inspect", *_plain_http(child.ref, "--insecure"), child.by_digest], f"reading {child.by_digest}")
         )
         config = (manifest.get("config") or {}).get("digest")
         if config != child.image_id:
@@ -299,7 +295,7 @@ def push_index(ref: str, tag: str, children: list[Child]) -> str:
                 "refusing to put it in the multi-arch index"
             )
     target = f"{ref}:{tag}"
-    insecure = _insecure(ref)
+    insecure = _plain_http(ref, "--insecure")
     try:  # an unpushed list of that name from an interrupted run would be amended, not replaced
         _docker(["manifest", "rm", target], "clearing a local manifest list")
     except PushFailed:

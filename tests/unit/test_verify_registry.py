@@ -464,8 +464,8 @@ def test_only_a_registry_written_as_loopback_is_spoken_to_without_tls(host, loop
     ref = registry.ImageRef(host, "r", "t")
     assert ref.loopback is loopback and ref.base.startswith("http://" if loopback else "https://")
     plain = f"{host}/r"
-    assert (push._tls_args(plain, "--dest-tls-verify") == ["--dest-tls-verify=false"]) is loopback  # skopeo
-    assert (push._insecure(plain) == ["--insecure"]) is loopback  # docker manifest
+    assert (push._plain_http(plain, "--dest-tls-verify=false") == ["--dest-tls-verify=false"]) is loopback  # skopeo
+    assert (push._plain_http(plain, "--insecure") == ["--insecure"]) is loopback  # docker manifest
 
 
 def test_a_push_to_a_name_that_resolves_to_loopback_or_that_docker_calls_insecure_is_refused():
