@@ -10,7 +10,6 @@ TEST_RESULT_FIELDS, GPU_TESTS.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,12 +72,10 @@ class Subject:
 def stamp_run(stmt: dict, run: str, signed_at: str, run_name: str | None) -> dict:
     """The statement as the signer signs it: its subject annotated with the signer's own run id and clock
     (and the caller's run name, a label only); whatever the caller put there is replaced."""
-    subject = [{**s, "annotations": {}} for s in stmt.get("subject", [])]
-    for s in subject:
-        s["annotations"] = {RUN_ANNOTATION: run, SIGNED_ANNOTATION: signed_at, STAMPED_ANNOTATION: STAMPED_BY}
-        if run_name:
-            s["annotations"][RUN_NAME_ANNOTATION] = run_name
-    return {**stmt, "subject": subject}
+    annotations = {RUN_ANNOTATION: run, SIGNED_ANNOTATION: signed_at, STAMPED_ANNOTATION: STAMPED_BY}
+    if run_name:
+        annotations[RUN_NAME_ANNOTATION] = run_name
+    return {**stmt, "subject": [{**s, "annotations": dict(annotations)} for s in stmt.get("subject", [])]}
 
 
 def statement(kind: str, subject: Subject, predicate: dict) -> dict:
@@ -92,10 +89,6 @@ def encode(stmt: dict) -> bytes:
 
 def kind_of(predicate_type: str) -> str | None:
     return next((k for k, v in PREDICATES.items() if v == predicate_type), None)
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --------------------------------------------------------------------------- test result
