@@ -25,11 +25,6 @@ from pipeline.statements import Subject, statement
 # --------------------------------------------------------------------------- what is signed
 
 
-def _provenance(facts: Facts, platform: str, tags: list[str], deps: list[dict]) -> dict:
-    builder = f"{SOURCE}/blob/{facts.commit.removesuffix('-dirty')}/build.py"
-    return statements.provenance_predicate(facts, platform, tags, deps, builder)
-
-
 def image_statements(folder: Path, subject: Subject, validation: dict | None = None) -> list[dict]:
     """The six statements about one pushed image, from its report folder; `validation`: the record the test
     result and benchmark are made from, when not the build's own validation.json (a later proof's)."""
@@ -47,7 +42,7 @@ def image_statements(folder: Path, subject: Subject, validation: dict | None = N
     audit = validation.get("audit") or {}
     host_facts = {"machine": host.machine(), "system": host.platform()}
     return [
-        statement("provenance", subject, _provenance(facts, facts.platform, list(facts.tags), deps)),
+        statement("provenance", subject, statements.provenance_predicate(facts, facts.platform, list(facts.tags), deps, SOURCE)),
         statement("sbom", subject, sbom),
         statement("test-result", subject, statements.test_result_predicate(validation, image_id, configuration, facts.flavor)),
         statement("benchmark", subject, statements.benchmark_predicate(validation, host_facts)),
@@ -62,7 +57,7 @@ def index_statements(subject: Subject, facts: Facts, tags: list[str], children: 
     platforms = ",".join(c["platform"] for c in children)
     predicate = statements.index_test_result(subject.name, children, facts.flavor)
     return [
-        statement("provenance", subject, _provenance(facts, platforms, tags, deps)),
+        statement("provenance", subject, statements.provenance_predicate(facts, platforms, tags, deps, SOURCE)),
         statement("test-result", subject, predicate),
     ]
 

@@ -291,9 +291,10 @@ def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> d
     }
 
 
-def provenance_predicate(facts: Facts, platform: str, tags: list[str], dependencies: list[dict], builder_id: str) -> dict:
-    """SLSA provenance v1: who built it (`builder_id`: build.py at the run's revision), how, from what, for
-    which line and which tags (verify checks a tag it is asked about against them)."""
+def provenance_predicate(facts: Facts, platform: str, tags: list[str], dependencies: list[dict], source: str) -> dict:
+    """SLSA provenance v1: who built it (build.py of the `source` repository at the run's revision), how, from
+    what, for which line and which tags (verify checks a tag it is asked about against them)."""
+    builder_id = f"{source}/blob/{facts.commit.removesuffix('-dirty')}/build.py"
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
