@@ -102,7 +102,7 @@ class SignRequest:
 
     ref: registry.ImageRef  # HOST/REPO@sha256:… as the build pushed it
     report: Path  # the build's report.json, its folder beside it
-    key: attest.KeySource | None  # None: write the predicates only (`predicates` must be given)
+    key: attest.KeySource | None  # None: write the predicates only (`prepare` must be given)
     proof: Path | None = None  # a later proof's proof.json, ran.json beside it; None: the build's own validation
     require_gpu: bool = False
     run_name: str | None = None  # a label for the run (the CI run's URL); the run id is the signer's
@@ -125,7 +125,7 @@ def registered(client: registry.Registry, digest: str) -> Registered:
 def sign_command(req: SignRequest) -> list[str]:
     """Sign a digest a build pushed (unsigned, or signed before) from that build's report folder, with its
     own validation or a later proof, only when everything is bound to the one image and line; with
-    `predicates`, write cosign's predicates of the same statements (without a key: only those)."""
+    `prepare`, write cosign's predicates of the same statements (without a key: only those)."""
     ref = req.ref
     if not ref.is_digest:
         raise UsageError(f"{ref}: sign a digest (HOST/REPO@sha256:...), the one the build pushed, not a tag")
