@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from common.rules import CHECK_NEEDS_GPU
 from pipeline.records import Facts
@@ -32,7 +31,6 @@ PREDICATES = {
 # combined test result; each child carries the whole set.
 INDEX_KINDS = ("provenance", "test-result")
 BUILD_TYPE = "https://proven-torch.dev/build/v1"  # SLSA buildType: build.py's run, docs/supply-chain.md
-BENCHMARK_SCHEMA = Path(__file__).resolve().parent / "schemas" / "ppo-benchmark-v1.schema.json"
 
 # The test-result predicate's fields the policies read (deploy/ and its test).
 TEST_RESULT_FIELDS = ("result", "passedTests", "warnedTests", "failedTests", "configuration")
