@@ -209,7 +209,7 @@ def _refuse_in_build_context(path: Path, flag: str) -> None:
         )
 
 
-def _passphrase(passphrase_file: str | None, needed: str = "") -> bytes | None:
+def _passphrase(passphrase_file: str | None, needed: str) -> bytes:
     """The passphrase from the file, else the environment; `needed`: what wants one (a refusal names it)."""
     if passphrase_file:
         _private_to_owner(Path(passphrase_file), "--sign-key-passphrase-file")
@@ -219,9 +219,9 @@ def _passphrase(passphrase_file: str | None, needed: str = "") -> bytes | None:
             raise UsageError(f"--sign-key-passphrase-file {passphrase_file}: cannot read it ({err.strerror})") from None
     else:
         text = os.environ.get(PASSPHRASE_ENV, "")
-    if needed and not text:
+    if not text:
         raise UsageError(f"{needed}: give its passphrase in ${PASSPHRASE_ENV} or --sign-key-passphrase-file FILE")
-    return text.encode() if text else None
+    return text.encode()
 
 
 def _load_private(path: Path, passphrase_file: str | None):

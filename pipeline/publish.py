@@ -9,10 +9,9 @@ from dataclasses import dataclass
 
 from pipeline import push, registry, run_facts
 from pipeline.errors import PipelineError
-from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import FACTS, Facts, write
 from pipeline.request import Request
-from pipeline.signing import sign_digest
+from pipeline.signing import image_statements, index_statements, sign_digest
 from pipeline.statements import Subject
 from pipeline.target import Tagged, Target
 

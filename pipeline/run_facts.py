@@ -4,6 +4,7 @@ the report, where every later statement about the image reads it."""
 
 from __future__ import annotations
 
+import hashlib
 import platform as host
 import secrets
 from dataclasses import dataclass
@@ -17,11 +18,6 @@ from pipeline.target import Target
 from pipeline.variants import REPO_ROOT, Variant
 
 
-def new_run_id(started: str) -> str:
-    """A build run's id: when it started and a random part (two runs in one second stay two)."""
-    return f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
-
-
 @dataclass(frozen=True)
 class RunFacts:
     """What provenance says about the run, gathered once: the command, the source, the tools."""
@@ -29,7 +25,7 @@ class RunFacts:
     command: list[str]
     commit: str  # the full git commit, "-dirty" when the checkout had changes, or "nogit"
     started: str  # RFC 3339
-    invocation: str  # the build run's id (new_run_id)
+    invocation: str  # the build run's id: when it started and a random part (two runs in one second stay two)
     tools: dict
 
 
@@ -45,11 +41,12 @@ def gather(client, build_cli: str, command: list[str], revision: str, started: s
         "python": host.python_version(),
     }
     commit += "-dirty" if revision.endswith("-dirty") else ""
-    return RunFacts(command=command, commit=commit, started=started, invocation=new_run_id(started), tools=tools)
+    invocation = f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
+    return RunFacts(command=command, commit=commit, started=started, invocation=invocation, tools=tools)
 
 
 def _file_digest(path: Path) -> dict:
-    return {"uri": f"file:{path.relative_to(REPO_ROOT)}", "digest": {"sha256": statements.sha256_file(path)}}
+    return {"uri": f"file:{path.relative_to(REPO_ROOT)}", "digest": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}
 
 
 def dependencies(client, variant: Variant, platform: str, base_image: str, commit: str) -> list[dict]:

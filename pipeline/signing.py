@@ -1,11 +1,14 @@
-"""Signing a pushed digest: its statements to the signer (pipeline/attest.py, a process of its own that
-stamps its own run and time) and the envelopes into the registry beside it (pipeline/referrers.py); a
-push's signing (sign_digest) and `build.py sign`, `sign --children` and `attach`, which sign only what
-records.bind ties to one image and line (docs/supply-chain.md, "Only what ran is signed").
+"""Signing a pushed digest: its statements, made from its build's report folder (records.Facts,
+validation.json, the SBOM) so that a push, `build.py sign` and `sign --prepare` say the same (the
+predicates' shapes: pipeline/statements.py), sent to the signer (pipeline/attest.py, a process of its own
+that stamps its own run and time) and attached beside the digest (pipeline/referrers.py). `build.py sign`,
+`sign --children` and `attach` sign only what records.bind ties to one image and line (docs/supply-chain.md,
+"Only what ran is signed").
 """
 
 from __future__ import annotations
 
+import platform as host
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,11 +16,53 @@ import requests
 
 from common.cli import atomic_write
 from pipeline import attest, push, referrers, registry, statements
+from pipeline.build_image import SOURCE
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
-from pipeline.image_statements import image_statements, index_statements, proven_validation
 from pipeline.labels import VALIDATION_SHA256
-from pipeline.records import FACTS, Facts, Proof, Registered, Report, bind, load, write
-from pipeline.statements import Subject
+from pipeline.records import FACTS, VALIDATION, Facts, Proof, Registered, Report, bind, load, write
+from pipeline.statements import Subject, statement
+
+# --------------------------------------------------------------------------- what is signed
+
+
+def image_statements(folder: Path, subject: Subject, validation: dict | None = None) -> list[dict]:
+    """The six statements about one pushed image, from its report folder; `validation`: the record the test
+    result and benchmark are made from, when not the build's own validation.json (a later proof's)."""
+    facts = Facts.load(folder / FACTS)
+    validation = load(folder / VALIDATION, "validation record") if validation is None else validation
+    sbom_file = (validation.get("sbom") or {}).get("file", "sbom.cdx.json")
+    sbom = load(folder / str(sbom_file), "SBOM")
+    deps = list(facts.dependencies)
+    image_id = facts.stamped_image_id
+    locks = [{"name": d["uri"].removeprefix("file:"), "digest": d.get("digest")} for d in deps if d["uri"].startswith("file:")]
+    configuration = [
+        {"name": "image", "uri": f"{subject.name}@{subject.digest}", "digest": {"sha256": image_id.removeprefix("sha256:")}},
+        *locks,
+    ]
+    audit = validation.get("audit") or {}
+    host_facts = {"machine": host.machine(), "system": host.platform()}
+    return [
+        statement("provenance", subject, statements.provenance_predicate(facts, facts.platform, list(facts.tags), deps, SOURCE)),
+        statement("sbom", subject, sbom),
+        statement("test-result", subject, statements.test_result_predicate(validation, image_id, configuration, facts.flavor)),
+        statement("benchmark", subject, statements.benchmark_predicate(validation, host_facts)),
+        statement("vulns", subject, statements.vulns_predicate(audit, facts.commit)),
+        statement("vex", subject, statements.vex_predicate(audit, f"{subject.name}@{subject.digest}", SOURCE, statements.now())),
+    ]
+
+
+def index_statements(subject: Subject, facts: Facts, tags: list[str], children: list[dict]) -> list[dict]:
+    """An index's provenance and the combined test result of its children ({platform, digest, validation})."""
+    deps = [{"uri": f"{subject.name}@{c['digest']}", "digest": {"sha256": c["digest"].removeprefix("sha256:")}} for c in children]
+    platforms = ",".join(c["platform"] for c in children)
+    predicate = statements.index_test_result(subject.name, children, facts.flavor)
+    return [
+        statement("provenance", subject, statements.provenance_predicate(facts, platforms, tags, deps, SOURCE)),
+        statement("test-result", subject, predicate),
+    ]
+
+
+# --------------------------------------------------------------------------- signing and attaching
 
 
 def sign_digest(
@@ -57,7 +102,7 @@ class SignRequest:
 
     ref: registry.ImageRef  # HOST/REPO@sha256:… as the build pushed it
     report: Path  # the build's report.json, its folder beside it
-    key: attest.KeySource | None  # None: write the predicates only (`predicates` must be given)
+    key: attest.KeySource | None  # None: write the predicates only (`prepare` must be given)
     proof: Path | None = None  # a later proof's proof.json, ran.json beside it; None: the build's own validation
     require_gpu: bool = False
     run_name: str | None = None  # a label for the run (the CI run's URL); the run id is the signer's
@@ -80,7 +125,7 @@ def registered(client: registry.Registry, digest: str) -> Registered:
 def sign_command(req: SignRequest) -> list[str]:
     """Sign a digest a build pushed (unsigned, or signed before) from that build's report folder, with its
     own validation or a later proof, only when everything is bound to the one image and line; with
-    `predicates`, write cosign's predicates of the same statements (without a key: only those)."""
+    `prepare`, write cosign's predicates of the same statements (without a key: only those)."""
     ref = req.ref
     if not ref.is_digest:
         raise UsageError(f"{ref}: sign a digest (HOST/REPO@sha256:...), the one the build pushed, not a tag")
@@ -95,7 +140,10 @@ def sign_command(req: SignRequest) -> list[str]:
     bind(pushed, report, facts, proof, req.require_gpu)
     if req.key is not None:
         attest.check_key(req.key)
-    stmts = image_statements(report.folder, Subject(ref.name, ref.reference), proof)
+    validation = load(report.folder / VALIDATION, "validation record")
+    if not proof.own:  # a later proof's outcome in place of the build's own
+        validation = {**statements.validation_with_proof(validation, proof.raw), "ran_in": proof.ran_in}
+    stmts = image_statements(report.folder, Subject(ref.name, ref.reference), validation)
     lines = []
     if req.prepare is not None:
         subject = {
@@ -105,7 +153,7 @@ def sign_command(req: SignRequest) -> list[str]:
             "platform": facts.platform,
             "flavor": facts.flavor,
         }
-        extra = {"validation": proven_validation(report.folder, proof), "facts": facts.as_dict()}
+        extra = {"validation": validation, "facts": facts.as_dict()}
         write_prepared(req.prepare, subject, stmts, extra)
         lines.append(
             f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"

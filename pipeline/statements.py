@@ -10,10 +10,8 @@ TEST_RESULT_FIELDS, GPU_TESTS.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from common.rules import CHECK_NEEDS_GPU
 from pipeline.records import Facts
@@ -33,7 +31,6 @@ PREDICATES = {
 # combined test result; each child carries the whole set.
 INDEX_KINDS = ("provenance", "test-result")
 BUILD_TYPE = "https://proven-torch.dev/build/v1"  # SLSA buildType: build.py's run, docs/supply-chain.md
-BENCHMARK_SCHEMA = Path(__file__).resolve().parent / "schemas" / "ppo-benchmark-v1.schema.json"
 
 # The test-result predicate's fields the policies read (deploy/ and its test).
 TEST_RESULT_FIELDS = ("result", "passedTests", "warnedTests", "failedTests", "configuration")
@@ -73,12 +70,10 @@ class Subject:
 def stamp_run(stmt: dict, run: str, signed_at: str, run_name: str | None) -> dict:
     """The statement as the signer signs it: its subject annotated with the signer's own run id and clock
     (and the caller's run name, a label only); whatever the caller put there is replaced."""
-    subject = [{**s, "annotations": {}} for s in stmt.get("subject", [])]
-    for s in subject:
-        s["annotations"] = {RUN_ANNOTATION: run, SIGNED_ANNOTATION: signed_at, STAMPED_ANNOTATION: STAMPED_BY}
-        if run_name:
-            s["annotations"][RUN_NAME_ANNOTATION] = run_name
-    return {**stmt, "subject": subject}
+    annotations = {RUN_ANNOTATION: run, SIGNED_ANNOTATION: signed_at, STAMPED_ANNOTATION: STAMPED_BY}
+    if run_name:
+        annotations[RUN_NAME_ANNOTATION] = run_name
+    return {**stmt, "subject": [{**s, "annotations": dict(annotations)} for s in stmt.get("subject", [])]}
 
 
 def statement(kind: str, subject: Subject, predicate: dict) -> dict:
@@ -92,10 +87,6 @@ def encode(stmt: dict) -> bytes:
 
 def kind_of(predicate_type: str) -> str | None:
     return next((k for k, v in PREDICATES.items() if v == predicate_type), None)
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --------------------------------------------------------------------------- test result
@@ -298,9 +289,10 @@ def vex_predicate(audit: dict, image_ref: str, author: str, timestamp: str) -> d
     }
 
 
-def provenance_predicate(facts: Facts, platform: str, tags: list[str], dependencies: list[dict], builder_id: str) -> dict:
-    """SLSA provenance v1: who built it (`builder_id`: build.py at the run's revision), how, from what, for
-    which line and which tags (verify checks a tag it is asked about against them)."""
+def provenance_predicate(facts: Facts, platform: str, tags: list[str], dependencies: list[dict], source: str) -> dict:
+    """SLSA provenance v1: who built it (build.py of the `source` repository at the run's revision), how, from
+    what, for which line and which tags (verify checks a tag it is asked about against them)."""
+    builder_id = f"{source}/blob/{facts.commit.removesuffix('-dirty')}/build.py"
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,

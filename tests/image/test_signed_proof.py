@@ -3,7 +3,7 @@
 The session's pipeline run pushes the default image signed with an encrypted key
 (conftest.pipeline_run): `build.py verify` passes on it by tag and by digest and shows its
 figures. Tampering is tried on tiny images (tests/image/tiny_images.py) signed through the same
-code (publish.image_statements from a report folder, publish.sign_digest): one byte changed,
+code (signing.image_statements from a report folder, publish.sign_digest): one byte changed,
 statements copied to another digest, the wrong key, an unsigned image, a foreign image under a
 proven tag, a proof of another image, a proven image moved under another line's tag, a proof past
 --max-age, ten re-signs, the release's failed-GPU-proof path (nothing signed, the digest
@@ -27,9 +27,8 @@ import pytest
 
 from pipeline import attest, push, referrers, registry, statements
 from pipeline.docker_env import find_build_cli
-from pipeline.image_statements import image_statements, index_statements
 from pipeline.records import Facts
-from pipeline.signing import SignRequest, sign_command, sign_digest
+from pipeline.signing import SignRequest, image_statements, index_statements, sign_command, sign_digest
 from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
 from tests.image.conftest import REGISTRY

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import attest, registry, statements
 from pipeline.diff import Side, compare, markdown, screen
-from pipeline.image_statements import image_statements
+from pipeline.signing import image_statements
 from pipeline.statements import Subject
 from tests.records import run_folder, validation
 from tests.unit.test_verify_registry import REPO, Server, artifacts, list_referrers

@@ -1,4 +1,4 @@
-"""What the statements about an image say, made once (pipeline.image_statements) for a push, a later
+"""What the statements about an image say, made once (pipeline.signing) for a push, a later
 `build.py sign` and cosign's predicates (`sign --prepare`): a later proof's record is the one Validation
 makes, and a multi-arch index's test result is the worst of its children's, each test named by its
 architecture. The registry side (`sign --prepare`, `sign --children`) is tests/image/test_signed_proof.py's."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline import statements
-from pipeline.image_statements import index_statements
 from pipeline.push import plain_tag
 from pipeline.records import Facts
+from pipeline.signing import index_statements
 from pipeline.statements import PREDICATES, Subject
 from pipeline.validation.gate import Validation
 from tests import records

@@ -21,8 +21,8 @@ import pytest
 
 from pipeline import attest, push, registry, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.image_statements import image_statements
 from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
+from pipeline.signing import image_statements
 from pipeline.statements import Subject
 from tests.records import run_folder, validation
 from tests.signer_clock import signer_clock
