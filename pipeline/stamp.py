@@ -10,9 +10,8 @@ from common.cli import atomic_write
 from pipeline import labels, push, tags
 from pipeline.errors import ValidationFailed
 from pipeline.records import VALIDATION
-from pipeline.target import Tagged, Target
+from pipeline.target import Tagged, Target, Validation
 from pipeline.validation import audit, gate
-from pipeline.validation.gate import Validation
 
 
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
@@ -36,22 +35,10 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
 
 def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged:
     """Validate the untagged image; stamp and tag it only when every check passed."""
-    variant = target.variant
-    request = gate.Request(
-        client,
-        image_id,
-        variant,
-        gpus,
-        target.run_dir,
-        target.ca_cert,
-        target.advisories,
-        platform=target.platform,
-        emulated=target.emulated,
-    )
-    validation = gate.validate_image(request)
+    validation = gate.validate_image(gate.Request(client, image_id, gpus, target))
     try:
         gate.require_valid(validation, target.report_path)
-        immutable, moving = tags.compute_tags(variant, validation.smoke, target.date, target.revision)
+        immutable, moving = tags.compute_tags(target.variant, validation.smoke, target.date, target.revision)
     except ValidationFailed as err:
         target.write_report(image_id, validation, status="failed", error=str(err))
         raise
