@@ -1,17 +1,57 @@
-"""Validate an untagged image, then stamp what only validation knows on a config-only child (same
-layers, checked by pipeline.labels) and tag that child: nothing is tagged that did not pass."""
+"""Validate an untagged image, compute its tags from what is inside it (checked against the pins), then stamp
+what only validation knows on a config-only child (same layers, checked by pipeline.labels) and tag that
+child: nothing is tagged that did not pass."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from common.cli import atomic_write
-from pipeline import labels, push, tags
+from pipeline import labels, push
 from pipeline.errors import ValidationFailed
 from pipeline.records import VALIDATION
 from pipeline.target import Tagged, Target, Validation
 from pipeline.validation import audit, gate
+from pipeline.variants import Variant, cuda_tag, variant_name
+
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def image_facts(smoke_report: dict) -> tuple[str, str, str]:
+    """(torch release, CUDA version, Python major.minor) as the image reported them."""
+    facts = smoke_report.get("facts", {})
+    torch = str(facts.get("torch_release") or "")
+    cuda = str(facts.get("cuda") or "")
+    python = ".".join(str(facts.get("python") or "").split(".")[:2])
+    return torch, cuda, python
+
+
+def compute_tags(variant: Variant, smoke_report: dict, date: str, revision: str) -> tuple[str, list[str]]:
+    """(immutable tag, moving tags), from what the image reports, which must be the pins. The immutable one names
+    torch, CUDA, Python, date and revision (and the flavor, last); only the default base variant moves `latest`."""
+    torch, cuda, python = image_facts(smoke_report)
+    mismatches = [
+        f"{what} {got or 'unknown'} (pinned {pinned})"
+        for what, got, pinned in (
+            ("torch", torch, variant.torch),
+            ("CUDA", cuda, variant.cuda),
+            ("Python", python, variant.python),
+        )
+        if got != pinned
+    ]
+    if mismatches:
+        raise ValidationFailed(
+            "the image reports " + ", ".join(mismatches) + "; it will not be tagged (check images/variants.toml and the index)"
+        )
+    flavor = f"-{variant.flavor}" if variant.flavored else ""  # a flavor's tags end in its name
+    immutable = f"{torch}-{cuda_tag(cuda)}-py{python}-{date}-{revision}{flavor}"
+    moving = [variant_name(torch, cuda) + flavor] + (["latest"] if variant.is_default else [])  # the line's name
+    for tag in [immutable, *moving]:
+        if not _TAG.match(tag):
+            raise ValidationFailed(f"computed tag {tag!r} is not a valid Docker tag")
+    return immutable, moving
 
 
 def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple[dict[str, str], dict[str, str]]:
@@ -38,7 +78,7 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     validation = gate.validate_image(gate.Request(client, image_id, gpus, target))
     try:
         gate.require_valid(validation, target.report_path)
-        immutable, moving = tags.compute_tags(target.variant, validation.smoke, target.date, target.revision)
+        immutable, moving = compute_tags(target.variant, validation.smoke, target.date, target.revision)
     except ValidationFailed as err:
         target.write_report(image_id, validation, status="failed", error=str(err))
         raise

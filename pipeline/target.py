@@ -146,3 +146,7 @@ class Tagged:
     tags: list[str]  # the image's own tags (a multi-arch line's end in its architecture)
     validation: Validation
     line_tags: list[str] = field(default_factory=list)  # the tags without the suffix: a multi-arch line's index
+
+
+def image_ref(repo: str, registry: str | None) -> str:
+    return f"{registry.rstrip('/')}/{repo}" if registry else repo
