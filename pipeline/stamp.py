@@ -77,7 +77,8 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     """Validate the untagged image; stamp and tag it only when every check passed."""
     validation = gate.validate_image(gate.Request(client, image_id, gpus, target))
     try:
-        gate.require_valid(validation, target.report_path)
+        if not validation.ok:
+            raise ValidationFailed("; ".join(validation.failures) + f"; nothing was tagged (report: {target.report_path})")
         immutable, moving = compute_tags(target.variant, validation.smoke, target.date, target.revision)
     except ValidationFailed as err:
         target.write_report(image_id, validation, status="failed", error=str(err))

@@ -8,7 +8,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import labels
@@ -182,9 +181,10 @@ def proof(req: Request, found: Validation) -> list[str]:
         f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),
         flush=True,
     )
-    write_files(
-        {**done.files, "proof.log": done.stdout.encode()}, req.target.run_dir
-    )  # what `proof` printed, kept beside its record
+    for name, data in {**done.files, "proof.log": done.stdout.encode()}.items():  # what `proof` printed, kept beside its record
+        path = req.target.run_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     try:
         found.proof = json.loads(done.files["proof.json"])
     except (KeyError, ValueError):
@@ -202,13 +202,6 @@ STAGES: tuple[tuple[str, Stage], ...] = (
     ("SBOM and audit", sbom_and_audit),
     ("proof", proof),
 )
-
-
-def write_files(files: dict[str, bytes], out_dir: Path) -> None:
-    for name, data in files.items():
-        target = out_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
 
 
 def validate_image(req: Request) -> Validation:
@@ -231,8 +224,3 @@ def validate_image(req: Request) -> Validation:
         failures=tuple(failures),
         stages=tuple(statuses),
     )
-
-
-def require_valid(validation: Validation, report_path: Path) -> None:
-    if not validation.ok:
-        raise ValidationFailed("; ".join(validation.failures) + f"; nothing was tagged (report: {report_path})")
