@@ -9,11 +9,12 @@ import json
 import re
 
 from common.cli import atomic_write
+from common.rules import FAILING_SEVERITIES
 from pipeline import labels, push
 from pipeline.errors import ValidationFailed
 from pipeline.records import VALIDATION
 from pipeline.target import Tagged, Target, Validation
-from pipeline.validation import audit, gate
+from pipeline.validation import gate
 from pipeline.variants import Variant, cuda_tag, variant_name
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -59,7 +60,7 @@ def stamp_values(validation: Validation, immutable: str, record: bytes) -> tuple
     variable keep the name "release": `proof` on a user's host compares its PPO gate figures with them."""
     release = json.dumps(validation.gate_figures(), sort_keys=True, separators=(",", ":"))
     accepted = ", ".join(
-        f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in audit.FAILING
+        f"{f['id']} {f['severity']}" for f in validation.audit.get("allowed", []) if f["severity"] in FAILING_SEVERITIES
     )
     image_labels = {
         labels.ADVISORIES: (accepted or "none known") + f" (advisory data as of {validation.audit.get('as_of')})",

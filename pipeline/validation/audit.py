@@ -23,7 +23,6 @@ from pipeline.validation.advisories import load_snapshot
 from pipeline.variants import REPO_ROOT
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
-FAILING = FAILING_SEVERITIES
 _RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
 NO_FIX = "no fix stated"
 
@@ -172,11 +171,6 @@ def read(record: dict, name: str, version: str) -> Reading | None:
     )
 
 
-def matches(record: dict, name: str, version: str) -> bool:
-    reading = read(record, name, version)
-    return bool(reading and reading.affected)
-
-
 def rating(score: float) -> str:
     if score == 0:
         return "NONE"
@@ -305,7 +299,7 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
                 if entry:
                     expired.append({"id": entry.id, "package": entry.package, "expired": entry.expires.isoformat()})
                 findings.append(finding)
-    failing = [f for f in findings if f["severity"] in FAILING]
+    failing = [f for f in findings if f["severity"] in FAILING_SEVERITIES]
     return {
         "status": "fail" if failing else "pass",
         "accepted": [_label(f) for f in allowed],
@@ -366,7 +360,7 @@ def carried_summary(rows: list[dict]) -> str:
         return "none known"
     counts = {level: sum(r["severity"] == level for r in rows) for level in _ORDER}
     text = ", ".join(f"{n} {level.lower()}" for level, n in counts.items() if n)
-    failing = [r for r in rows if r["severity"] in FAILING]
+    failing = [r for r in rows if r["severity"] in FAILING_SEVERITIES]
     open_ = sum(not r["accepted"] for r in failing)
     if open_:
         return text + f" ({open_} not accepted: the build fails)"
