@@ -105,10 +105,7 @@ def hygiene_scan(req: Request, found: Validation) -> list[str]:
 
 def sbom_and_audit(req: Request, found: Validation) -> list[str]:
     """SBOM of the image, then the vulnerability audit of its Python packages."""
-    name = f"proven-torch {req.target.variant.name}"
-    inventory, found.sbom = sbom.write_sbom(
-        req.client, req.image_id, name, req.target.variant.base_suite, req.target.run_dir, req.time_scale
-    )
+    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, req.target.variant, req.target.run_dir, req.time_scale)
     database = advisory_db.load(req.target.advisories) if req.target.advisories else advisory_db.load_snapshot()
     found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
     result, word = found.audit, audit.word(found.audit)
