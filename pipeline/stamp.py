@@ -20,19 +20,13 @@ from pipeline.variants import Variant, cuda_tag, variant_name
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def image_facts(smoke_report: dict) -> tuple[str, str, str]:
-    """(torch release, CUDA version, Python major.minor) as the image reported them."""
-    facts = smoke_report.get("facts", {})
-    torch = str(facts.get("torch_release") or "")
-    cuda = str(facts.get("cuda") or "")
-    python = ".".join(str(facts.get("python") or "").split(".")[:2])
-    return torch, cuda, python
-
-
 def compute_tags(variant: Variant, smoke_report: dict, date: str, revision: str) -> tuple[str, list[str]]:
     """(immutable tag, moving tags), from what the image reports, which must be the pins. The immutable one names
     torch, CUDA, Python, date and revision (and the flavor, last); only the default base variant moves `latest`."""
-    torch, cuda, python = image_facts(smoke_report)
+    facts = smoke_report.get("facts", {})
+    torch = str(facts.get("torch_release") or "")
+    cuda = str(facts.get("cuda") or "")
+    python = ".".join(str(facts.get("python") or "").split(".")[:2])  # major.minor
     mismatches = [
         f"{what} {got or 'unknown'} (pinned {pinned})"
         for what, got, pinned in (

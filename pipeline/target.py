@@ -42,13 +42,9 @@ class Validation:
     def smoke(self) -> dict:
         return self.proof.get("smoke") or {}
 
-    @property
-    def ppo(self) -> dict:
-        return self.proof.get("ppo") or {}
-
     def gate_figures(self) -> dict:
         """The PPO figures this validation measured, stamped into the image for `proof` to compare with."""
-        ppo = self.ppo
+        ppo = self.proof.get("ppo") or {}
         where = self.proof.get("where") or {}
         device = ppo.get("device", "cpu")
         return {
