@@ -326,21 +326,13 @@ def word(result: dict) -> str:
 _ORDER = ["CRITICAL", "HIGH", "UNKNOWN", "MEDIUM", "LOW", "NONE"]
 
 
-def audited_packages(variant) -> tuple[list[dict], str]:
-    """What the line installs, and which: "lock" (every package of its hash lock) or "pins" (a line
-    without a committed lock, e.g. one that needs PyTorch's index: its torch, torchvision, torchaudio
-    and [packages] pins only)."""
-    locked = locked_packages(variant)
-    if locked is not None:
-        return [{"name": n, "version": v} for n, v in locked], "lock"
-    return [{"name": n, "version": v} for n, v in variant.pins()], "pins"
-
-
 def carried(variant, records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> list[dict]:
-    """Every known advisory the line carries (the same audit the build gate runs, over its whole lock),
-    each marked accepted or not; the line's own pins first (torch, torchvision, torchaudio), then by
-    package, worst first."""
-    packages, _ = audited_packages(variant)
+    """Every known advisory the line carries (the same audit the build gate runs, over its whole lock; a line
+    without a committed lock, e.g. one that needs PyTorch's index: over its torch, torchvision, torchaudio and
+    [packages] pins only), each marked accepted or not; the line's own pins first (torch, torchvision,
+    torchaudio), then by package, worst first."""
+    locked = locked_packages(variant)
+    packages = [{"name": n, "version": v} for n, v in (variant.pins() if locked is None else locked)]
     result = audit(packages, records, allowlist, today)
     rows = [{**f, "accepted": True} for f in result["allowed"]] + [{**f, "accepted": False} for f in result["findings"]]
     first = [normalize_name(name) for name, _ in variant.pins()]
@@ -373,22 +365,20 @@ WHOLE_LOCK = "the whole lock"  # the spec's "audited" where the line's committed
 _KEPT = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
 
 
-def disclosure(variant, records: list[dict], allowlist: list[Allowed], source: str, as_of: dt.date | None) -> dict:
-    """carried() as render writes it into each line's spec and `build.py list` shows it."""
-    # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
-    # so the rendered file does not change with the date (the build's audit applies it).
-    rows = carried(variant, records, allowlist, today=dt.date.min)
-    _, audited = audited_packages(variant)
-    return {
-        "audited": WHOLE_LOCK if audited == "lock" else "the pins only (no committed lock)",
-        "database": source,
-        "as_of": as_of.isoformat() if as_of else None,
-        "summary": carried_summary(rows),
-        "carried": [{k: row.get(k) for k in _KEPT} for row in rows],
-    }
-
-
 def disclosures(variants: list) -> dict[str, dict]:
-    """disclosure() of each variant by the committed snapshot and allowlist, read once."""
+    """carried() of each line as render writes it into its spec and `build.py list` shows it, by the committed
+    snapshot and allowlist, read once."""
     database, allowlist = load_snapshot(), load_allowlist()
-    return {v.name: disclosure(v, database.records, allowlist, database.source, database.as_of) for v in variants}
+    sections = {}
+    for variant in variants:
+        # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
+        # so the rendered file does not change with the date (the build's audit applies it).
+        rows = carried(variant, database.records, allowlist, today=dt.date.min)
+        sections[variant.name] = {
+            "audited": WHOLE_LOCK if locked_packages(variant) is not None else "the pins only (no committed lock)",
+            "database": database.source,
+            "as_of": database.as_of.isoformat() if database.as_of else None,
+            "summary": carried_summary(rows),
+            "carried": [{k: row.get(k) for k in _KEPT} for row in rows],
+        }
+    return sections
