@@ -108,7 +108,7 @@ class Target:
         push=None,
         error: str | None = None,
         stamped_id: str | None = None,
-    ) -> Path:
+    ) -> None:
         """(Re)write this build's report.json, whole (records.write), and its HTML page; status "validated",
         "failed" or "pushed"; `push`: publish.Pushed."""
         report = {
@@ -132,7 +132,6 @@ class Target:
         }
         write(self.report_path, report)
         write_page(self.report_path)
-        return self.report_path
 
 
 @dataclass(frozen=True)
