@@ -18,24 +18,17 @@ STAMPED = (ADVISORIES, VERSION, VALIDATION, VALIDATION_SHA256, GPU_VALIDATED, VA
 STAMPED_ENV = "PROVEN_TORCH_RELEASE"
 
 
-def expected_labels(variant: Variant) -> dict[str, str]:
-    """The version labels must equal the pins (the smoke checks then hold the image to the pins)."""
-    return {
+def check_labels(labels: dict[str, str], variant: Variant) -> None:
+    """Fail when a label disagrees with the pins (the smoke checks then hold the image to the pins) or a build
+    label is missing."""
+    expected = {
         f"{PREFIX}variant": variant.name,
         f"{PREFIX}torch": variant.torch,
         f"{PREFIX}cuda": variant.cuda,
         f"{PREFIX}cudnn": str(variant.cudnn),
         f"{PREFIX}python": variant.python,
     }
-
-
-def check_labels(labels: dict[str, str], variant: Variant) -> None:
-    """Fail when a label disagrees with the pins or a build label is missing."""
-    wrong = [
-        f"{key}={labels.get(key)!r} (expected {value!r})"
-        for key, value in expected_labels(variant).items()
-        if labels.get(key) != value
-    ]
+    wrong = [f"{key}={labels.get(key)!r} (expected {value!r})" for key, value in expected.items() if labels.get(key) != value]
     for key in ("org.opencontainers.image.title", "org.opencontainers.image.revision", "org.opencontainers.image.created"):
         if not labels.get(key) or labels.get(key) == "unknown":
             wrong.append(f"{key} missing")

@@ -9,11 +9,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import attest, build_image, docker_env, hostprocs, publish, push, run_facts, stamp, tags
+from pipeline import attest, build_image, docker_env, hostprocs, publish, push, run_facts, stamp
 from pipeline.errors import Interrupted, PipelineError
 from pipeline.publish import Pushed
 from pipeline.request import Request, check_push_target, check_request, host_platform
-from pipeline.target import Tagged, Target
+from pipeline.target import Tagged, Target, image_ref
 from pipeline.variants import REPO_ROOT, Variant, arch
 
 
@@ -71,7 +71,7 @@ def build_and_validate(client, cli, config: Request, run: Run, platform: str, ru
     target = Target(
         variant=variant,
         run_dir=run_dir,
-        ref=tags.image_ref(config.repo, config.registry if config.push else None),
+        ref=image_ref(config.repo, config.registry if config.push else None),
         date=f"{run.started:%Y%m%d}",
         created=args["CREATED"],
         revision=run.revision,

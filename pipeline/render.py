@@ -186,7 +186,7 @@ def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
 
 
 def render_spec(variant: Variant, advisories: dict) -> str:
-    """The variant's spec, with `advisories`: what the line carries (audit.disclosure's section)."""
+    """The variant's spec, with `advisories`: what the line carries (its section of audit.disclosures)."""
     return json.dumps({**variant.spec(), "advisories": advisories}, indent=2, sort_keys=True) + "\n"
 
 

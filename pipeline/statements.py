@@ -136,7 +136,7 @@ def validated_on(platform: str, gpu: bool, emulated: bool) -> str:
 
 
 # The parts of a proof record (proof.json) that Validation.as_dict lifts to the top of the validation
-# record (pipeline/validation/gate.py); the rest of it goes under "proof".
+# record (pipeline/target.py); the rest of it goes under "proof".
 LIFTED = ("smoke", "ppo", "ppo_cpu")
 
 

@@ -1,5 +1,6 @@
-"""Where one validated image goes, and what tagging it made: the records the stages after validation
-pass along (stamp.py makes a Tagged, publish.py pushes it); report.json is written here, in one place."""
+"""What validation found, where one validated image goes, and what tagging it made: the records the stages
+pass along (gate.py fills a Validation, stamp.py makes a Tagged, publish.py pushes it); report.json is
+written here, in one place."""
 
 from __future__ import annotations
 
@@ -7,11 +8,71 @@ import platform as this_host
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline import statements
 from pipeline.html_report import write_page
 from pipeline.push import arch_tag
 from pipeline.records import REPORT, write
-from pipeline.validation.gate import Validation
 from pipeline.variants import AMD64, Variant
+
+
+@dataclass
+class Validation:
+    """What validation found: the stages (pipeline/validation/gate.py) fill it in as they run, then its verdict."""
+
+    ok: bool = False
+    gpu: bool = False
+    proof: dict = field(default_factory=dict)
+    hygiene: tuple[str, ...] = ()
+    size: dict = field(default_factory=dict)
+    sbom: dict = field(default_factory=dict)
+    audit: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    failures: tuple[str, ...] = ()
+    stages: tuple[tuple[str, str], ...] = ()  # (stage, "pass" | "fail" | "not run")
+    platform: str = AMD64
+    emulated: bool = False  # validated under emulation: nothing ran on the platform's own hardware
+    ran_in: str = ""  # the image ID the proof's container ran, as Docker reported it
+
+    @property
+    def validated_on(self) -> str:
+        """What the validation ran on (statements.validated_on's words)."""
+        return statements.validated_on(self.platform, self.gpu, self.emulated)
+
+    @property
+    def smoke(self) -> dict:
+        return self.proof.get("smoke") or {}
+
+    def gate_figures(self) -> dict:
+        """The PPO figures this validation measured, stamped into the image for `proof` to compare with."""
+        ppo = self.proof.get("ppo") or {}
+        where = self.proof.get("where") or {}
+        device = ppo.get("device", "cpu")
+        return {
+            "device": device,
+            "device_name": ppo.get("gpu_name") if device.startswith("cuda") else where.get("cpu"),
+            "steps_to_target": ppo.get("steps_to_target"),
+            "seconds_to_target": round(ppo["seconds_to_target"], 2) if ppo.get("seconds_to_target") else None,
+            "sps": round(ppo["sps_end_to_end"]) if ppo.get("sps_end_to_end") else None,
+        }
+
+    def as_dict(self) -> dict:
+        """What the report and validation.json record of this validation (immutable once stamped)."""
+        return {
+            "ok": self.ok,
+            "gpu": self.gpu,
+            "platform": self.platform,
+            "emulated": self.emulated,
+            "validated_on": self.validated_on,
+            "ran_in": self.ran_in,
+            "seconds": round(self.seconds, 1),
+            "failures": list(self.failures),
+            "stages": [{"name": name, "status": status} for name, status in self.stages],
+            **statements.proof_parts(self.proof),
+            "hygiene": list(self.hygiene),
+            "size": self.size,
+            "sbom": self.sbom,
+            "audit": self.audit,
+        }
 
 
 @dataclass(frozen=True)
@@ -47,7 +108,7 @@ class Target:
         push=None,
         error: str | None = None,
         stamped_id: str | None = None,
-    ) -> Path:
+    ) -> None:
         """(Re)write this build's report.json, whole (records.write), and its HTML page; status "validated",
         "failed" or "pushed"; `push`: publish.Pushed."""
         report = {
@@ -71,7 +132,6 @@ class Target:
         }
         write(self.report_path, report)
         write_page(self.report_path)
-        return self.report_path
 
 
 @dataclass(frozen=True)
@@ -81,3 +141,7 @@ class Tagged:
     tags: list[str]  # the image's own tags (a multi-arch line's end in its architecture)
     validation: Validation
     line_tags: list[str] = field(default_factory=list)  # the tags without the suffix: a multi-arch line's index
+
+
+def image_ref(repo: str, registry: str | None) -> str:
+    return f"{registry.rstrip('/')}/{repo}" if registry else repo

@@ -26,11 +26,8 @@ class Database:
     source: str
     as_of: dt.date | None  # None: a folder or zip that does not say
 
-    def age_days(self, today: dt.date | None = None) -> int | None:
-        return None if self.as_of is None else ((today or dt.date.today()) - self.as_of).days
-
     def describe(self, today: dt.date | None = None) -> dict:
-        age = self.age_days(today)
+        age = None if self.as_of is None else ((today or dt.date.today()) - self.as_of).days
         return {
             "database": self.source,
             "as_of": self.as_of.isoformat() if self.as_of else None,

@@ -23,7 +23,6 @@ from pipeline.validation.advisories import load_snapshot
 from pipeline.variants import REPO_ROOT
 
 ALLOWLIST_PATH = REPO_ROOT / "images" / "audit-allowlist.toml"
-FAILING = FAILING_SEVERITIES
 _RANK = ["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"]
 NO_FIX = "no fix stated"
 
@@ -172,11 +171,6 @@ def read(record: dict, name: str, version: str) -> Reading | None:
     )
 
 
-def matches(record: dict, name: str, version: str) -> bool:
-    reading = read(record, name, version)
-    return bool(reading and reading.affected)
-
-
 def rating(score: float) -> str:
     if score == 0:
         return "NONE"
@@ -305,7 +299,7 @@ def audit(packages: list[dict], records: list[dict], allowlist: list[Allowed], t
                 if entry:
                     expired.append({"id": entry.id, "package": entry.package, "expired": entry.expires.isoformat()})
                 findings.append(finding)
-    failing = [f for f in findings if f["severity"] in FAILING]
+    failing = [f for f in findings if f["severity"] in FAILING_SEVERITIES]
     return {
         "status": "fail" if failing else "pass",
         "accepted": [_label(f) for f in allowed],
@@ -332,21 +326,13 @@ def word(result: dict) -> str:
 _ORDER = ["CRITICAL", "HIGH", "UNKNOWN", "MEDIUM", "LOW", "NONE"]
 
 
-def audited_packages(variant) -> tuple[list[dict], str]:
-    """What the line installs, and which: "lock" (every package of its hash lock) or "pins" (a line
-    without a committed lock, e.g. one that needs PyTorch's index: its torch, torchvision, torchaudio
-    and [packages] pins only)."""
-    locked = locked_packages(variant)
-    if locked is not None:
-        return [{"name": n, "version": v} for n, v in locked], "lock"
-    return [{"name": n, "version": v} for n, v in variant.pins()], "pins"
-
-
 def carried(variant, records: list[dict], allowlist: list[Allowed], today: dt.date | None = None) -> list[dict]:
-    """Every known advisory the line carries (the same audit the build gate runs, over its whole lock),
-    each marked accepted or not; the line's own pins first (torch, torchvision, torchaudio), then by
-    package, worst first."""
-    packages, _ = audited_packages(variant)
+    """Every known advisory the line carries (the same audit the build gate runs, over its whole lock; a line
+    without a committed lock, e.g. one that needs PyTorch's index: over its torch, torchvision, torchaudio and
+    [packages] pins only), each marked accepted or not; the line's own pins first (torch, torchvision,
+    torchaudio), then by package, worst first."""
+    locked = locked_packages(variant)
+    packages = [{"name": n, "version": v} for n, v in (variant.pins() if locked is None else locked)]
     result = audit(packages, records, allowlist, today)
     rows = [{**f, "accepted": True} for f in result["allowed"]] + [{**f, "accepted": False} for f in result["findings"]]
     first = [normalize_name(name) for name, _ in variant.pins()]
@@ -366,7 +352,7 @@ def carried_summary(rows: list[dict]) -> str:
         return "none known"
     counts = {level: sum(r["severity"] == level for r in rows) for level in _ORDER}
     text = ", ".join(f"{n} {level.lower()}" for level, n in counts.items() if n)
-    failing = [r for r in rows if r["severity"] in FAILING]
+    failing = [r for r in rows if r["severity"] in FAILING_SEVERITIES]
     open_ = sum(not r["accepted"] for r in failing)
     if open_:
         return text + f" ({open_} not accepted: the build fails)"
@@ -379,22 +365,20 @@ WHOLE_LOCK = "the whole lock"  # the spec's "audited" where the line's committed
 _KEPT = ("id", "aliases", "package", "version", "severity", "accepted", "affects", "fixed", "expires", "unreadable", "summary")
 
 
-def disclosure(variant, records: list[dict], allowlist: list[Allowed], source: str, as_of: dt.date | None) -> dict:
-    """carried() as render writes it into each line's spec and `build.py list` shows it."""
-    # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
-    # so the rendered file does not change with the date (the build's audit applies it).
-    rows = carried(variant, records, allowlist, today=dt.date.min)
-    _, audited = audited_packages(variant)
-    return {
-        "audited": WHOLE_LOCK if audited == "lock" else "the pins only (no committed lock)",
-        "database": source,
-        "as_of": as_of.isoformat() if as_of else None,
-        "summary": carried_summary(rows),
-        "carried": [{k: row.get(k) for k in _KEPT} for row in rows],
-    }
-
-
 def disclosures(variants: list) -> dict[str, dict]:
-    """disclosure() of each variant by the committed snapshot and allowlist, read once."""
+    """carried() of each line as render writes it into its spec and `build.py list` shows it, by the committed
+    snapshot and allowlist, read once."""
     database, allowlist = load_snapshot(), load_allowlist()
-    return {v.name: disclosure(v, database.records, allowlist, database.source, database.as_of) for v in variants}
+    sections = {}
+    for variant in variants:
+        # Accepted means "an allowlist entry covers it"; its expiry is shown, not applied here,
+        # so the rendered file does not change with the date (the build's audit applies it).
+        rows = carried(variant, database.records, allowlist, today=dt.date.min)
+        sections[variant.name] = {
+            "audited": WHOLE_LOCK if locked_packages(variant) is not None else "the pins only (no committed lock)",
+            "database": database.source,
+            "as_of": database.as_of.isoformat() if database.as_of else None,
+            "summary": carried_summary(rows),
+            "carried": [{k: row.get(k) for k in _KEPT} for row in rows],
+        }
+    return sections

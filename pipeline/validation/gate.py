@@ -7,17 +7,17 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pipeline import labels, statements
+from pipeline import labels
 from pipeline.containers import read_file, run_in_image
 from pipeline.errors import ValidationFailed
 from pipeline.render import dockerfile_path
+from pipeline.target import Target, Validation
 from pipeline.validation import advisories as advisory_db
 from pipeline.validation import audit, hygiene, sbom, size
-from pipeline.variants import AMD64, PLATFORMS, Variant, arch
+from pipeline.variants import PLATFORMS, Variant, arch
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -30,96 +30,18 @@ OUT = "/tmp/validation"
 
 @dataclass(frozen=True)
 class Request:
-    """What validation is asked to do: which image, against which variant, with how many GPUs."""
+    """What validation is asked to do: which image, for which Target (its line, platform and report folder),
+    with how many GPUs."""
 
     client: DockerClient
     image_id: str
-    variant: Variant
     gpus: int
-    out_dir: Path
-    ca_cert: Path | None = None
-    advisories: Path | None = None
-    platform: str = AMD64  # the image's platform; validated under emulation when it is not the host's
-    emulated: bool = False
+    target: Target
 
     @property
     def time_scale(self) -> float:
         """How much longer each stage may take: emulated Python runs 10-100x slower (docs/benchmarks.md)."""
-        return EMULATION_SCALE if self.emulated else 1.0  # the proof inside scales its own the same way
-
-
-@dataclass
-class Findings:
-    """What the stages found, filled in as they run."""
-
-    size: dict = field(default_factory=dict)
-    hygiene: tuple[str, ...] = ()
-    sbom: dict = field(default_factory=dict)
-    audit: dict = field(default_factory=dict)
-    proof: dict = field(default_factory=dict)
-    ran_in: str = ""
-
-
-@dataclass(frozen=True)
-class Validation:
-    ok: bool
-    gpu: bool
-    proof: dict
-    hygiene: tuple[str, ...]
-    size: dict
-    sbom: dict
-    audit: dict
-    seconds: float
-    failures: tuple[str, ...]
-    stages: tuple[tuple[str, str], ...]  # (stage, "pass" | "fail" | "not run")
-    platform: str = AMD64
-    emulated: bool = False  # validated under emulation: nothing ran on the platform's own hardware
-    ran_in: str = ""  # the image ID the proof's container ran, as Docker reported it
-
-    @property
-    def validated_on(self) -> str:
-        """What the validation ran on (statements.validated_on's words)."""
-        return statements.validated_on(self.platform, self.gpu, self.emulated)
-
-    @property
-    def smoke(self) -> dict:
-        return self.proof.get("smoke") or {}
-
-    @property
-    def ppo(self) -> dict:
-        return self.proof.get("ppo") or {}
-
-    def gate_figures(self) -> dict:
-        """The PPO figures this validation measured, stamped into the image for `proof` to compare with."""
-        ppo = self.ppo
-        where = self.proof.get("where") or {}
-        device = ppo.get("device", "cpu")
-        return {
-            "device": device,
-            "device_name": ppo.get("gpu_name") if device.startswith("cuda") else where.get("cpu"),
-            "steps_to_target": ppo.get("steps_to_target"),
-            "seconds_to_target": round(ppo["seconds_to_target"], 2) if ppo.get("seconds_to_target") else None,
-            "sps": round(ppo["sps_end_to_end"]) if ppo.get("sps_end_to_end") else None,
-        }
-
-    def as_dict(self) -> dict:
-        """What the report and validation.json record of this validation (immutable once stamped)."""
-        return {
-            "ok": self.ok,
-            "gpu": self.gpu,
-            "platform": self.platform,
-            "emulated": self.emulated,
-            "validated_on": self.validated_on,
-            "ran_in": self.ran_in,
-            "seconds": round(self.seconds, 1),
-            "failures": list(self.failures),
-            "stages": [{"name": name, "status": status} for name, status in self.stages],
-            **statements.proof_parts(self.proof),
-            "hygiene": list(self.hygiene),
-            "size": self.size,
-            "sbom": self.sbom,
-            "audit": self.audit,
-        }
+        return EMULATION_SCALE if self.target.emulated else 1.0  # the proof inside scales its own the same way
 
 
 # --------------------------------------------------------------------------- stages
@@ -146,46 +68,45 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
     return None
 
 
-def labels_and_size(req: Request, found: Findings) -> list[str]:
+def labels_and_size(req: Request, found: Validation) -> list[str]:
     """Labels and the baked spec against the pins, size against the budget: instant, so they run first."""
     failures = []
     image = req.client.images.get(req.image_id)
-    if image.attrs.get("Architecture") != arch(req.platform):
-        failures.append(f"the image is {image.attrs.get('Architecture')}, not the {req.platform} that was built")
+    if image.attrs.get("Architecture") != arch(req.target.platform):
+        failures.append(f"the image is {image.attrs.get('Architecture')}, not the {req.target.platform} that was built")
     try:
-        labels.check_labels(image.labels or {}, req.variant)
+        labels.check_labels(image.labels or {}, req.target.variant)
     except ValidationFailed as err:
         failures.append(str(err).removesuffix("; it will not be tagged"))
-    problem = spec_problem(read_file(req.client, req.image_id, SPEC_IN_IMAGE), req.variant)
+    problem = spec_problem(read_file(req.client, req.image_id, SPEC_IN_IMAGE), req.target.variant)
     if problem:
         failures.append(problem)
     found.size = size.size_summary(req.client, req.image_id)
     print(
-        f"==> size: {found.size['uncompressed_bytes'] / size.GB:.2f} GB uncompressed, budget {req.variant.size_budget_gb} GB",
+        f"==> size: {found.size['uncompressed_bytes'] / size.GB:.2f} GB uncompressed, budget {req.target.variant.size_budget_gb} GB",
         flush=True,
     )
     try:
-        size.check_budget(found.size, req.variant)
+        size.check_budget(found.size, req.target.variant)
     except ValidationFailed as err:
         failures.append(str(err))
     return failures
 
 
-def hygiene_scan(req: Request, found: Findings) -> list[str]:
+def hygiene_scan(req: Request, found: Validation) -> list[str]:
     print("==> hygiene scan: private keys, tokens, the build CA, .git, pip caches, nvcc", flush=True)
     start = time.monotonic()
-    found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.ca_cert, 600 * req.time_scale))
+    found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.target.ca_cert, 600 * req.time_scale))
     for finding in found.hygiene:
         print(f"  │ found {finding}", flush=True)
     print(f"==> hygiene scan: {len(found.hygiene)} finding(s) in {time.monotonic() - start:.1f}s", flush=True)
     return [f"hygiene scan found {len(found.hygiene)} problem(s), first: {found.hygiene[0]}"] if found.hygiene else []
 
 
-def sbom_and_audit(req: Request, found: Findings) -> list[str]:
+def sbom_and_audit(req: Request, found: Validation) -> list[str]:
     """SBOM of the image, then the vulnerability audit of its Python packages."""
-    name = f"proven-torch {req.variant.name}"
-    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, name, req.variant.base_suite, req.out_dir, req.time_scale)
-    database = advisory_db.load(req.advisories) if req.advisories else advisory_db.load_snapshot()
+    inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, req.target.variant, req.target.run_dir, req.time_scale)
+    database = advisory_db.load(req.target.advisories) if req.target.advisories else advisory_db.load_snapshot()
     found.audit = {**audit.audit(inventory["python"], database.records, audit.load_allowlist()), **database.describe()}
     result, word = found.audit, audit.word(found.audit)
     print(
@@ -229,15 +150,15 @@ def proof_command(require_gpu: bool) -> list[str]:
     return ["proof", "--out", OUT] + (["--require-gpu"] if require_gpu else [])
 
 
-def emulation_env(req: Request) -> dict[str, str]:
+def emulation_env(target: Target) -> dict[str, str]:
     """What tells `proof` it runs under emulation, whatever the qemu (8.1+ imitates the guest's /proc/cpuinfo,
     which common.deadlines.emulation reads otherwise)."""
-    if not req.emulated:
+    if not target.emulated:
         return {}
-    return {"PROVEN_TORCH_EMULATED": emulated_on_x86(PLATFORMS[req.platform]["machine"])}
+    return {"PROVEN_TORCH_EMULATED": emulated_on_x86(PLATFORMS[target.platform]["machine"])}
 
 
-def proof(req: Request, found: Findings) -> list[str]:
+def proof(req: Request, found: Validation) -> list[str]:
     gpu = req.gpus > 0
     command = proof_command(require_gpu=gpu)
     print(f"==> proof: {' '.join(command)}", flush=True)
@@ -251,13 +172,16 @@ def proof(req: Request, found: Findings) -> list[str]:
         stream=True,
         fetch=OUT,
         what="the proof",
-        environment=emulation_env(req),
+        environment=emulation_env(req.target),
     )
     print(
         f"==> proof: exit {done.exit_code} in {done.seconds:.1f}s" + (" (killed at the deadline)" if done.timed_out else ""),
         flush=True,
     )
-    write_files({**done.files, "proof.log": done.stdout.encode()}, req.out_dir)  # what `proof` printed, kept beside its record
+    for name, data in {**done.files, "proof.log": done.stdout.encode()}.items():  # what `proof` printed, kept beside its record
+        path = req.target.run_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     try:
         found.proof = json.loads(done.files["proof.json"])
     except (KeyError, ValueError):
@@ -268,7 +192,7 @@ def proof(req: Request, found: Findings) -> list[str]:
     return list(found.proof.get("failures") or []) or [f"proof failed (exit {done.exit_code}, no proof.json)"]
 
 
-Stage = Callable[[Request, Findings], list[str]]
+Stage = Callable[[Request, Validation], list[str]]
 STAGES: tuple[tuple[str, Stage], ...] = (
     ("labels, spec and size", labels_and_size),
     ("hygiene scan", hygiene_scan),
@@ -277,37 +201,23 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 )
 
 
-def write_files(files: dict[str, bytes], out_dir: Path) -> None:
-    for name, data in files.items():
-        target = out_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-
-
-def validate_image(req: Request, stages: tuple[tuple[str, Stage], ...] = STAGES) -> Validation:
+def validate_image(req: Request) -> Validation:
     """Run the stages in order until one fails; the rest are "not run"."""
     start = time.monotonic()
-    found = Findings()
+    found = Validation(platform=req.target.platform, emulated=req.target.emulated)
     failures: list[str] = []
     statuses = []
-    for name, stage in stages:
+    for name, stage in STAGES:
         if failures:
             statuses.append((name, "not run"))
             continue
         failures = stage(req, found)
         statuses.append((name, "fail" if failures else "pass"))
-    return Validation(
+    return replace(
+        found,
         ok=not failures,
         gpu=bool(found.proof.get("gpu")),
         seconds=time.monotonic() - start,
         failures=tuple(failures),
         stages=tuple(statuses),
-        platform=req.platform,
-        emulated=req.emulated,
-        **vars(found),  # what the stages found: proof, hygiene, size, SBOM, audit, the image the proof ran in
     )
-
-
-def require_valid(validation: Validation, report_path: Path) -> None:
-    if not validation.ok:
-        raise ValidationFailed("; ".join(validation.failures) + f"; nothing was tagged (report: {report_path})")

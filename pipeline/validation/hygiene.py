@@ -39,16 +39,6 @@ def ca_markers(ca_cert: Path | None) -> list[str]:
     return markers
 
 
-def history_findings(client, image_id: str) -> list[str]:
-    findings = []
-    for entry in client.api.history(image_id):
-        created_by = entry.get("CreatedBy", "")
-        for rule, what in _HISTORY_RULES:
-            if rule.search(created_by):
-                findings.append(f"{what}: {created_by[:120]}")
-    return findings
-
-
 def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 600) -> list[str]:
     """Every finding, one line each (empty list: clean)."""
     markers = [f"--ca-marker={m}" for m in ca_markers(ca_cert)]
@@ -64,4 +54,10 @@ def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 6
     )
     if done.exit_code != 0:
         return [f"the hygiene scan itself failed (exit {done.exit_code}): {(done.stdout + done.stderr)[-300:]}"]
-    return json.loads(done.stdout.strip().splitlines()[-1]) + history_findings(client, image_id)
+    findings = json.loads(done.stdout.strip().splitlines()[-1])
+    for entry in client.api.history(image_id):  # every RUN line and build argument
+        created_by = entry.get("CreatedBy", "")
+        for rule, what in _HISTORY_RULES:
+            if rule.search(created_by):
+                findings.append(f"{what}: {created_by[:120]}")
+    return findings

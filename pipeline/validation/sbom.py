@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from pipeline.containers import run_in_image
+from pipeline.variants import Variant
 
 # The image's own tool (container/sbom_inventory.py): pip inspect + dpkg-query, as JSON.
 INVENTORY = "/opt/proven-torch/container/sbom_inventory.py"
@@ -63,13 +64,11 @@ def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str)
     return JsonV1Dot6(bom).output_as_string(indent=2)
 
 
-def write_sbom(
-    client, image_id: str, image_name: str, base_suite: str, out_dir: Path, time_scale: float = 1.0
-) -> tuple[dict, dict]:
+def write_sbom(client, image_id: str, variant: Variant, out_dir: Path, time_scale: float) -> tuple[dict, dict]:
     """Write sbom.cdx.json next to the report; return the inventory it was made from and a summary."""
     inventory = read_inventory(client, image_id, 300 * time_scale)
     path = out_dir / "sbom.cdx.json"
-    data = build_sbom(inventory, image_name, image_id, base_suite).encode()
+    data = build_sbom(inventory, f"proven-torch {variant.name}", image_id, variant.base_suite).encode()
     path.write_bytes(data)
     summary = {
         "format": "CycloneDX 1.6 JSON",

@@ -449,8 +449,9 @@ def test_the_image_label_names_the_accepted_advisories(docker, run_result, repor
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
     """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
+    from pipeline.target import Validation
     from pipeline.validation import audit as audit_mod
-    from pipeline.validation.gate import Findings, Request, sbom_and_audit
+    from pipeline.validation.gate import Request, sbom_and_audit
 
     db = tmp_path / "osv"
     db.mkdir()
@@ -474,8 +475,8 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     ]
     packages = [{"name": "tqdm", "version": version}]
     assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
-    found = Findings()
-    failures = sbom_and_audit(Request(docker, image, variant, 0, tmp_path / "run", advisories=db), found)
+    found = Validation()
+    failures = sbom_and_audit(Request(docker, image, 0, target), found)
     assert found.audit["status"] == "fail" and failures
 
 
@@ -515,8 +516,7 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
     moving ones wait in the report for a GPU proof of the pushed digest."""
     from pipeline.publish import publish
-    from pipeline.target import Tagged
-    from pipeline.validation.gate import Validation
+    from pipeline.target import Tagged, Validation
     from tests.records import build_request
 
     v = report["validation"]

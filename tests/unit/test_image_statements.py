@@ -12,7 +12,7 @@ from pipeline.push import plain_tag
 from pipeline.records import Facts
 from pipeline.signing import index_statements
 from pipeline.statements import PREDICATES, Subject
-from pipeline.validation.gate import Validation
+from pipeline.target import Validation
 from tests import records
 
 pytestmark = pytest.mark.unit

@@ -8,10 +8,16 @@ import json
 import pytest
 
 from pipeline.errors import UsageError
-from pipeline.validation.audit import Allowed, audit, load_allowlist, matches, read, severity, stated_fix, vector_rating
+from pipeline.validation.audit import Allowed, audit, load_allowlist, read, severity, stated_fix, vector_rating
 from pipeline.validation.sbom import build_sbom
 
 pytestmark = pytest.mark.unit
+
+
+def matches(record, name, version):
+    """Whether the audit reads `record` as affecting package `name` at `version`."""
+    reading = read(record, name, version)
+    return bool(reading and reading.affected)
 
 
 def _record(id_, name, events=None, versions=None, level="HIGH"):

@@ -15,7 +15,8 @@ from pipeline.docker_env import BuildCli
 from pipeline.errors import UsageError, ValidationFailed
 from pipeline.render import HEADER, build_arg, dockerfile_path, render, stale_files
 from pipeline.request import Request, check_request
-from pipeline.tags import compute_tags, image_ref
+from pipeline.stamp import compute_tags
+from pipeline.target import image_ref
 from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 

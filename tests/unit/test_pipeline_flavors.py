@@ -12,7 +12,7 @@ import pytest
 from pipeline.errors import UsageError
 from pipeline.lock import base_pins, is_locked, layers, lock_dir, lock_status
 from pipeline.render import dockerfile_path, render, stale_files
-from pipeline.tags import compute_tags
+from pipeline.stamp import compute_tags
 from pipeline.validation import audit
 from pipeline.variants import REPO_ROOT, resolve
 

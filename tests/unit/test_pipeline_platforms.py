@@ -141,11 +141,12 @@ def test_build_py_refuses_arm64_for_an_amd64_only_line_in_one_line(matrix):
 def test_the_pipeline_tells_proof_it_runs_under_emulation(matrix, tmp_path, monkeypatch):
     """qemu 8.1+ imitates the guest's /proc/cpuinfo, so `proof` is told, and reads it as emulation."""
     from common.deadlines import emulation
-    from pipeline.validation.gate import Request, emulation_env
+    from pipeline.target import Target
+    from pipeline.validation.gate import emulation_env
 
     multi = next(v for v in matrix.variants if v.multi_arch)
-    native = Request(None, "sha256:x", multi, 0, tmp_path, None, None, platform=AMD64)
-    emulated = Request(None, "sha256:x", multi, 0, tmp_path, None, None, platform=ARM64, emulated=True)
+    native = Target(multi, tmp_path, "r", "20000101", "c", "rev", platform=AMD64)
+    emulated = Target(multi, tmp_path, "r", "20000101", "c", "rev", platform=ARM64, emulated=True)
     assert emulation_env(native) == {}
     told = emulation_env(emulated)["PROVEN_TORCH_EMULATED"]
     monkeypatch.setenv("PROVEN_TORCH_EMULATED", told)
