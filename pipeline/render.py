@@ -209,7 +209,7 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "NAME": matrix.name,
         "VARIANT": variant.name,
         "NOTE": f"\n# {variant.note}" if variant.note else "",
-        "BASE_IMAGE": variant.base_image,
+        "BASE_IMAGE": matrix.base_image,
         "PYTHON": variant.python,
         "CUDA": variant.cuda,
         "CUDA_MAJOR": variant.cuda.split(".")[0],
