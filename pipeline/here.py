@@ -6,7 +6,7 @@ and what it would validate on (a GPU, or the CPU only). Probed only when asked; 
 from __future__ import annotations
 
 import concurrent.futures
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.deadlines import DEADLINES
@@ -25,9 +25,6 @@ class Here:
     validates_on: str  # "a GPU" or "the CPU only"
     built: str = ""  # its moving tag when an image of it is on this host (a validated build tagged it)
     next: str = ""  # the command to run next: the Lab in the image built, or the build that makes it
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def line(self) -> str:
         where = (f"; built here: {self.built}" if self.built else "") + (f"; next: `{self.next}`" if self.next else "")
@@ -73,14 +70,10 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
             others = any(w.startswith("no") for w in platforms.values())
             why, fix = "", "other platforms: `sudo bash scripts/prepare-host.sh --arm64`" if others else ""
         built = f"{matrix.name}:{v.name}" if f"{matrix.name}:{v.name}" in tags else ""
-        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else build_command(matrix, v) if not why else ""
+        build = f"python build.py {matrix.build_flags(v)}" if not why else ""
+        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else build
         out[v.name] = Here(not why, why, fix, platforms, validates_on, built, run)
     return out
-
-
-def build_command(matrix: Matrix, variant: Variant) -> str:
-    """The `build.py` command that builds `variant`."""
-    return f"python build.py {matrix.build_flags(variant)}"
 
 
 def _pypi_lines(matrix: Matrix, variant: Variant) -> str:

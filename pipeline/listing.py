@@ -148,7 +148,7 @@ def matrix_json(matrix: Matrix, here: dict | None = None) -> str:
                 "platforms": list(v.platforms),
                 "multi_arch": v.multi_arch,
                 **({"pins_note": v.pins_note} if v.pins_note else {}),
-                **({"here": here[v.name].as_dict()} if here is not None and v.name in here else {}),
+                **({"here": dataclasses.asdict(here[v.name])} if here is not None and v.name in here else {}),
             }
             for v in matrix.every_variant()
         ],
