@@ -100,12 +100,10 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             )
         out = []
         for i, (file, _) in enumerate(LAYERS):
-            mounts, path = lock_mount(variant, file)
             out.append(
                 (intro if i == 0 else "")
                 + (TRITON_NOTE if file == "3-torch.txt" else "")
-                + _pip_run(matrix, f"--no-deps --require-hashes {indexes} -r {path}", mounts)
-                + f" \\\n && cp {path} /opt/proven-torch/lock/{file}"
+                + _lock_run(matrix, variant, file)
                 + (TRITON_CLEANUP if file == "3-torch.txt" else "")
                 + CLAMP
             )
@@ -153,8 +151,8 @@ PIP_CHECK_TARGET = "/mnt/pip_check.py"
 MOUNT_TARGETS = (PIP_CA, *(lock_target(arch(p)) for p in PLATFORMS), PIP_CHECK_TARGET)
 
 
-def lock_mount(variant: Variant, file: str) -> tuple[tuple[str, ...], str]:
-    """(the mounts of one lock file for its pip RUN, the path the RUN reads it at). Each file is mounted on
+def _lock_run(matrix: Matrix, variant: Variant, file: str, pip: str = WHEEL_PIP) -> str:
+    """The pip RUN of one lock file, which it then copies into the image. Each file is mounted on
     its own, so a change to one lock rebuilds its layer and those above, not the layers below; a multi-arch
     line mounts each architecture's and reads the one BuildKit's TARGETARCH names (BuildKit 0.8 does not
     expand arguments in a mount's source). The targets exist in the image (Dockerfile.template says why)."""
@@ -162,7 +160,9 @@ def lock_mount(variant: Variant, file: str) -> tuple[tuple[str, ...], str]:
         f"--mount=type=bind,source={lock_dir(variant, platform=p).relative_to(REPO_ROOT) / file},target={lock_target(arch(p))}"
         for p in variant.platforms
     )
-    return mounts, lock_target("${TARGETARCH}" if variant.multi_arch else arch(AMD64))
+    path = lock_target("${TARGETARCH}" if variant.multi_arch else arch(AMD64))
+    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts, pip)
+    return run + f" \\\n && cp {path} /opt/proven-torch/lock/{file}"
 
 
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -187,17 +187,9 @@ def render_spec(variant: Variant, advisories: dict) -> str:
 
 def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     """The flavor's one pip layer: its lock installed, then the image's pip constraint rewritten."""
-    file = layers(variant)[0][0]
-    mounts, path = lock_mount(variant, file)
-    run = _pip_run(
-        matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts, "PIP_CONSTRAINT='' pip"
-    )
+    run = _lock_run(matrix, variant, layers(variant)[0][0], "PIP_CONSTRAINT='' pip")
     check = pip_check(variant)  # the base image has the script (its torch stage)
-    return (
-        run
-        + f" \\\n && cp {path} /opt/proven-torch/lock/{file} \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt"
-        + CLAMP
-    )
+    return run + f" \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt" + CLAMP
 
 
 def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
