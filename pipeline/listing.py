@@ -199,14 +199,14 @@ class Here:
         return "yes" + (f" ({'; '.join(others)}; {self.fix})" if others else "") + f"; validates on {self.validates_on}{where}"
 
 
-def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict[str, Here]:
-    """Each variant's answer, by name: the same checks `build.py build` makes before it builds (the wheel index's
+def probe(matrix: Matrix, ca_cert: Path | None) -> dict[str, Here]:
+    """Each line's answer, by name: the same checks `build.py build` makes before it builds (the wheel index's
     reach, qemu for another platform, Docker), and what it would validate on (a GPU, or the CPU only). Probed only
     when asked; every probe bounded (DEADLINES "index probe", each distinct index once, at the same time)."""
     from pipeline import build_image, docker_env  # build_image reads the audit: `list` alone runs on bare python3
     from pipeline.request import emulation_problem, host_platform
 
-    indexes = sorted({v.index for v in variants if not v.uses_pypi})
+    indexes = sorted({v.index for v in matrix.variants if not v.uses_pypi})  # a flavor's is its base line's
     with concurrent.futures.ThreadPoolExecutor(max(1, len(indexes))) as pool:
         probes = pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes)
         reach = dict(zip(indexes, probes, strict=True))
@@ -223,7 +223,7 @@ def probe(matrix: Matrix, variants: list[Variant], ca_cert: Path | None) -> dict
     )
     host = host_platform()
     out = {}
-    for v in variants:
+    for v in matrix.every_variant():
         platforms = {
             arch(p): "yes" if p == host else (f"no: {why}" if (why := emulation_problem(p)) else "yes, under qemu")
             for p in v.platforms
