@@ -184,11 +184,7 @@ def list_output(matrix: Matrix, args: argparse.Namespace) -> list[str]:
             raise UsageError(
                 "build.py list: --here goes with the table or --json, not with --markdown, --default, --pin or --base-image"
             )
-        from pipeline.here import probe
-
-        here = probe(
-            matrix, matrix.every_variant(), Path(os.environ["BUILD_CA_CERT"]) if os.environ.get("BUILD_CA_CERT") else None
-        )
+        here = listing.probe(matrix, Path(os.environ["BUILD_CA_CERT"]) if os.environ.get("BUILD_CA_CERT") else None)
     if args.json:
         return [listing.matrix_json(matrix, here)]
     return [listing.variant_table_markdown(matrix) if args.markdown else listing.variant_table_text(matrix, here)]

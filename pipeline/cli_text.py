@@ -59,7 +59,6 @@ HELP = {  # every flag's help, the same for each command that takes it
     "--report-dir": "where reports go (default: reports/)",
     "--check": "fail (exit 2) when a committed file is stale",
     "--markdown": "print the table as Markdown (the README's)",
-    "--json": "print JSON",
     "list --json": "print the matrix as JSON (what CI's workflows read)",
     "verify --json": "print what was checked and found as JSON",
     "diff --json": "print the comparison as JSON (schema 1: stable; `regressions` names each)",

@@ -4,10 +4,13 @@ specs, with each line's advisories from the audit, and the docs' example output 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from pipeline import examples
 from pipeline.errors import UsageError
 from pipeline.lock import compile_lock, override_news, pypi_requires, write_lock
-from pipeline.render import render_all, stale_files, wrote
+from pipeline.render import rendered_files, stale_files
 from pipeline.validation import audit
 from pipeline.variants import BASE, REPO_ROOT, Matrix, resolve
 
@@ -19,9 +22,11 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
     docs = {REPO_ROOT / path: text for path, text in examples.rendered_docs().items()}
     changed = [path for path, text in docs.items() if path.read_text() != text]
     if not check:
-        for path in changed:
-            path.write_text(docs[path])
-        return wrote([*render_all(matrix, disclosures), *changed])
+        files = rendered_files(matrix, disclosures) + [(path, docs[path]) for path in changed]
+        for path, text in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        return wrote(path for path, _ in files)
     stale = stale_files(matrix, disclosures) + changed
     if stale:
         names = ", ".join(p.name for p in stale)
@@ -29,6 +34,11 @@ def render_or_check(matrix: Matrix, check: bool) -> list[str]:
             f"{names} out of date with images/ and docs/examples/; run `python build.py render` and commit the result"
         )
     return [f"Dockerfiles, specs and the docs' examples up to date ({len(matrix.variants)} variants)"]
+
+
+def wrote(paths: Iterable[Path]) -> list[str]:
+    """'wrote images/...': one line per file written, named from the repository's root."""
+    return [f"wrote {path.relative_to(REPO_ROOT)}" for path in paths]
 
 
 def relock(matrix: Matrix, cuda: str | None, torch: str | None, flavor: str | None) -> int:

@@ -21,7 +21,6 @@ EXAMPLES_DIR = Path("docs") / "examples"
 
 @dataclass(frozen=True)
 class Example:
-    name: str  # the block's name in its marker
     log: Path  # relative to the repository root
     starts: tuple[str, ...]  # the log's lines that start so, in the log's order
 
@@ -36,13 +35,10 @@ class Example:
         return picked
 
 
-EXAMPLES = {
-    "proof-cpu": Example(
-        "proof-cpu", EXAMPLES_DIR / "proof-cpu" / "proof.log", ("against the release", "proof: PROVEN", "proof: FAILED")
-    ),
-    "bench-atari-cpu": Example("bench-atari-cpu", EXAMPLES_DIR / "bench-atari-cpu" / "bench.log", ("proof --bench atari:",)),
+EXAMPLES = {  # by the block's name in its marker
+    "proof-cpu": Example(EXAMPLES_DIR / "proof-cpu" / "proof.log", ("against the release", "proof: PROVEN", "proof: FAILED")),
+    "bench-atari-cpu": Example(EXAMPLES_DIR / "bench-atari-cpu" / "bench.log", ("proof --bench atari:",)),
     "diff-lines": Example(  # the summary lines, not the list of each package
-        "diff-lines",
         EXAMPLES_DIR / "diff-lines" / "diff.log",
         ("diff ", "  trust", "  changed", "  packages", "  security", "  cost", "  proof", "  speed", "verdict", "  REGRESSION"),
     ),

@@ -1,14 +1,18 @@
 """What `build.py list` shows: the variant matrix as a table for people, as the README's
 Markdown table, as JSON for CI, and the single answers scripts ask for (the default line,
-a platform's base image, the host's pins). Each function returns text; build.py prints it.
+a platform's base image, the host's pins); with --here, whether this host can build each line.
+Each function returns text; build.py prints it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
+from pathlib import Path
 
+from common.deadlines import DEADLINES
 from common.rules import advisory_age, carried_text
 from pipeline.errors import PipelineError, UsageError
 from pipeline.variants import Matrix, Variant, arch
@@ -67,7 +71,7 @@ def _footnotes(matrix: Matrix) -> list[str]:
 
 def variant_table_text(matrix: Matrix, here: dict | None = None) -> str:
     """`build.py list`: the matrix for a terminal, each line with how it builds, its platforms and what it carries;
-    `here` (pipeline.here.probe's answers): whether this host can build each line."""
+    `here` (probe's answers): whether this host can build each line."""
     carried = carried_advisories(matrix)
     rows = [f"{'variant':15} {'CUDA':5} {'torch':7} {'torchvision':12} {'torchaudio':11} {'Python':7} {'driver>=':10} index"]
     for v in _listed(matrix):
@@ -148,7 +152,7 @@ def matrix_json(matrix: Matrix, here: dict | None = None) -> str:
                 "platforms": list(v.platforms),
                 "multi_arch": v.multi_arch,
                 **({"pins_note": v.pins_note} if v.pins_note else {}),
-                **({"here": here[v.name].as_dict()} if here is not None and v.name in here else {}),
+                **({"here": dataclasses.asdict(here[v.name])} if here is not None and v.name in here else {}),
             }
             for v in matrix.every_variant()
         ],
@@ -173,3 +177,71 @@ def pin_lines(matrix: Matrix, names: list[str]) -> str:
             raise UsageError(f"--pin {name}: not a package or flavor of images/variants.toml (packages: {', '.join(versions)})")
         lines += [f"{n}=={v}" for n, v in flavors.get(name, {name: versions.get(name)}).items()]
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Here:
+    """`list --here`: can this host build a line, and if not, why and what to do."""
+
+    buildable: bool
+    why: str  # why not, or "" when nothing stands in the way
+    fix: str  # what to do about it
+    platforms: dict[str, str]  # arch -> "yes" or why not
+    validates_on: str  # "a GPU" or "the CPU only"
+    built: str = ""  # its moving tag when an image of it is on this host (a validated build tagged it)
+    next: str = ""  # the command to run next: the Lab in the image built, or the build that makes it
+
+    def line(self) -> str:
+        where = (f"; built here: {self.built}" if self.built else "") + (f"; next: `{self.next}`" if self.next else "")
+        if not self.buildable:
+            return f"no: {self.why}; {self.fix}; validates on {self.validates_on}{where}"
+        others = [f"{a}: {w}" for a, w in self.platforms.items() if w.startswith("no")]
+        return "yes" + (f" ({'; '.join(others)}; {self.fix})" if others else "") + f"; validates on {self.validates_on}{where}"
+
+
+def probe(matrix: Matrix, ca_cert: Path | None) -> dict[str, Here]:
+    """Each line's answer, by name: the same checks `build.py build` makes before it builds (the wheel index's
+    reach, qemu for another platform, Docker), and what it would validate on (a GPU, or the CPU only). Probed only
+    when asked; every probe bounded (DEADLINES "index probe", each distinct index once, at the same time)."""
+    from pipeline import build_image, docker_env  # build_image reads the audit: `list` alone runs on bare python3
+    from pipeline.request import emulation_problem, host_platform
+
+    indexes = sorted({v.index for v in matrix.variants if not v.uses_pypi})  # a flavor's is its base line's
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(indexes))) as pool:
+        probes = pool.map(lambda i: build_image.index_unreachable(i, ca_cert, DEADLINES["index probe"]), indexes)
+        reach = dict(zip(indexes, probes, strict=True))
+    try:
+        tags = {t for image in docker_env.docker_client().images.list(name=matrix.name) for t in image.tags}
+        docker = ""
+    except PipelineError as err:
+        docker, tags = str(err), set()
+    gpus = docker_env.host_gpu_count()
+    validates_on = (
+        f"{gpus} GPU(s)"
+        if gpus
+        else "the CPU only (no GPU here: --push needs --allow-cpu-validation, and a build run with REQUIRE_GPU=1 stops at once)"
+    )
+    host = host_platform()
+    out = {}
+    for v in matrix.every_variant():
+        platforms = {
+            arch(p): "yes" if p == host else (f"no: {why}" if (why := emulation_problem(p)) else "yes, under qemu")
+            for p in v.platforms
+        }
+        if docker:
+            why, fix = f"no Docker here ({docker})", "run `bash scripts/prepare-host.sh`"
+        elif (unreachable := reach.get(v.index)) is not None:
+            why = f"its wheel index {v.index} is unreachable from this host ({unreachable})"
+            fix = "the release workflow builds it (.github/workflows/release.yml), or a host that reaches the index; "
+            pypi = [o.name for o in matrix.variants if o.cuda == v.cuda and o.uses_pypi]
+            fix += f"from PyPI alone: {', '.join(pypi)}" if pypi else "no line of this CUDA version builds from PyPI alone"
+        elif all(w.startswith("no") for w in platforms.values()):
+            why, fix = "no platform of it runs here", "run `sudo bash scripts/prepare-host.sh --arm64`"
+        else:
+            others = any(w.startswith("no") for w in platforms.values())
+            why, fix = "", "other platforms: `sudo bash scripts/prepare-host.sh --arm64`" if others else ""
+        built = f"{matrix.name}:{v.name}" if f"{matrix.name}:{v.name}" in tags else ""
+        build = f"python build.py {matrix.build_flags(v)}" if not why else ""
+        run = f"docker run --rm -p 127.0.0.1:8888:8888 {built}" if built else build
+        out[v.name] = Here(not why, why, fix, platforms, validates_on, built, run)
+    return out

@@ -9,7 +9,6 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.rules import normalize_name
@@ -38,21 +37,19 @@ LAYERS: tuple[tuple[str, str], ...] = (
 DIGEST_FILE = "inputs.sha256"
 
 
-@dataclass(frozen=True)
-class LockStatus:
-    variant: str
-    platform: str
-    state: str  # "fresh", "stale", "missing"
-
-
-def lock_dir(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> Path:
-    """The folder of one line's lock for `platform`: images/locks/2.11-cu130/arm64/."""
-    return root / variant.name / arch(platform)
+def lock_dir(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64, base: bool = False) -> Path:
+    """The folder of one line's lock for `platform` (`base`: of its base line): images/locks/2.11-cu130/arm64/."""
+    return root / (variant.base_name if base else variant.name) / arch(platform)
 
 
 def layers(variant: Variant) -> tuple[tuple[str, str], ...]:
     """The variant's layer files: the base's four, or a flavor's one (it goes on top of its base's)."""
     return ((f"5-{variant.flavor}.txt", r".*"),) if variant.flavored else LAYERS
+
+
+def lock_files(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64, base: bool = False) -> list[Path]:
+    """The line's layer files for `platform`; `base`: those of its base line (the line itself, or a flavor's base line)."""
+    return [lock_dir(variant, root, platform, base) / file for file, _ in (LAYERS if base else layers(variant))]
 
 
 def _read_pins(files: list[Path]) -> dict[str, str]:
@@ -64,22 +61,17 @@ def _read_pins(files: list[Path]) -> dict[str, str]:
     return pins
 
 
-def _base_files(variant: Variant, root: Path, platform: str) -> list[Path]:
-    """The lock files of the line's base (the line itself, or a flavor's base line) for `platform`."""
-    return [root / variant.base_name / arch(platform) / file for file, _ in LAYERS]
-
-
 def base_pins(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> dict[str, str]:
     """{name: version} of everything the flavor's base line installs on `platform`, read from its lock."""
-    return _read_pins(_base_files(variant, root, platform))
+    return _read_pins(lock_files(variant, root, platform, base=True))
 
 
 def locked_packages(variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[tuple[str, str]] | None:
     """(name, version) of every package the line's committed lock for `platform` installs (a flavor's:
     its base's and its own); None when the line has no committed lock."""
-    files = _base_files(variant, root, platform)
+    files = lock_files(variant, root, platform, base=True)
     if variant.flavored:
-        files += [lock_dir(variant, root, platform) / file for file, _ in layers(variant)]
+        files += lock_files(variant, root, platform)
     if not all(path.exists() for path in files):
         return None
     return sorted(_read_pins(files).items())
@@ -94,11 +86,6 @@ def requirements_in(variant: Variant, platform: str = AMD64) -> str:
 def overrides_txt(variant: Variant) -> str:
     """uv's --overrides file: [overrides] of the matrix, each requirement on its own line."""
     return "".join(f"{o.requirement}\n" for o in variant.overrides)
-
-
-def _index_args(variant: Variant) -> list[str]:
-    # uv takes each package from the first index that has it unless told to look at all of them.
-    return variant.index_args() + ([] if variant.uses_pypi else ["--index-strategy", "unsafe-best-match"])
 
 
 def inputs_digest(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> str:
@@ -126,17 +113,19 @@ def _uv() -> str:
 def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str:
     """The variant's full lock for `platform`, resolved with uv (requirements format with hashes); a flavor's
     resolves with its base's lock as constraints and keeps only what the base does not install."""
+    base = base_pins(variant, platform=platform) if variant.flavored else {}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "requirements.in"
         src.write_text(requirements_in(variant, platform))
         (Path(tmp) / "overrides.txt").write_text(overrides_txt(variant))
         constraints = ["--overrides", "overrides.txt"] if variant.overrides else []
         if variant.flavored:
-            base = base_pins(variant, platform=platform)
             (Path(tmp) / "base.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(base.items())))
             constraints += ["-c", "base.txt"]
         argv = [_uv(), "pip", "compile", "--quiet", "--no-config", "--native-tls", "--no-header", "--generate-hashes"]
-        argv += [*_index_args(variant), "--python-version", variant.python, "--python-platform", wheel_platform(platform)]
+        # uv takes each package from the first index that has it unless told to look at all of them.
+        argv += [*variant.index_args(), *([] if variant.uses_pypi else ["--index-strategy", "unsafe-best-match"])]
+        argv += ["--python-version", variant.python, "--python-platform", wheel_platform(platform)]
         argv += ["--exclude-newer", matrix.resolved_before, *constraints, src.name]
         result = hostprocs.run_host(argv, "uv pip compile", cwd=tmp, env={**os.environ, "UV_NO_PROGRESS": "1"})
     if result.returncode != 0:
@@ -147,7 +136,6 @@ def compile_lock(matrix: Matrix, variant: Variant, platform: str = AMD64) -> str
         )
     if not variant.flavored:
         return result.stdout
-    base = base_pins(variant, platform=platform)
     return "".join(block for name, block in _blocks(result.stdout) if name not in base)
 
 
@@ -171,51 +159,46 @@ def split_lock(text: str, files: tuple[tuple[str, str], ...] = LAYERS) -> dict[s
     return out
 
 
-def header(matrix: Matrix, variant: Variant, file: str, platform: str = AMD64) -> str:
-    flavor = f" --flavor {variant.flavor}" if variant.flavored else ""
-    base = f" on top of {variant.base_name}'s lock" if flavor else ""
-    return (
-        f"# GENERATED by `python build.py lock --cuda {variant.cuda} --torch {variant.torch_minor}{flavor}`{base} (uv pip compile --generate-hashes,\n"
-        f"# Python {variant.python}, {wheel_platform(platform)}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
-        f"# DO NOT EDIT. One layer of the image: {file}.\n"
-    )
-
-
 def write_lock(matrix: Matrix, variant: Variant, lock_text: str, root: Path = LOCK_ROOT, platform: str = AMD64) -> list[Path]:
+    """Write the line's layer files for `platform`, each under its header, and the inputs' digest; return the paths."""
     folder = lock_dir(variant, root, platform)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    flavor = f" --flavor {variant.flavor}" if variant.flavored else ""
+    base = f" on top of {variant.base_name}'s lock" if flavor else ""
+    header = (
+        f"# GENERATED by `python build.py lock --cuda {variant.cuda} --torch {variant.torch_minor}{flavor}`{base} (uv pip compile --generate-hashes,\n"
+        f"# Python {variant.python}, {wheel_platform(platform)}, index {variant.index}, resolved before {matrix.resolved_before}).\n"
+    )
     for file, body in split_lock(lock_text, layers(variant)).items():
-        path = folder / file
-        path.write_text(header(matrix, variant, file, platform) + body)
-        written.append(path)
+        (folder / file).write_text(f"{header}# DO NOT EDIT. One layer of the image: {file}.\n{body}")
     (folder / DIGEST_FILE).write_text(inputs_digest(matrix, variant, root, platform) + "\n")
-    return [*written, folder / DIGEST_FILE]
+    return [*lock_files(variant, root, platform), folder / DIGEST_FILE]
 
 
-def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> LockStatus:
-    folder = lock_dir(variant, root, platform)
-    files = [folder / file for file, _ in layers(variant)]
+def lock_status(matrix: Matrix, variant: Variant, root: Path = LOCK_ROOT, platform: str = AMD64) -> str:
+    """The line's committed lock for `platform` against the matrix: "fresh", "stale" or "missing"."""
+    files = lock_files(variant, root, platform)
     if not any(p.exists() for p in files):
-        return LockStatus(variant.name, platform, "missing")
-    digest = folder / DIGEST_FILE
+        return "missing"
+    digest = lock_dir(variant, root, platform) / DIGEST_FILE
     if not all(p.exists() for p in files) or not digest.exists():
-        return LockStatus(variant.name, platform, "stale")
-    fresh = digest.read_text().strip() == inputs_digest(matrix, variant, root, platform)
-    return LockStatus(variant.name, platform, "fresh" if fresh else "stale")
+        return "stale"
+    return "fresh" if digest.read_text().strip() == inputs_digest(matrix, variant, root, platform) else "stale"
 
 
 def is_locked(variant: Variant, root: Path = LOCK_ROOT) -> bool:
     """Every platform of the line has its lock files (a multi-arch line is locked for all, or is not locked)."""
-    return all((lock_dir(variant, root, p) / file).exists() for p in variant.platforms for file, _ in layers(variant))
+    return all(path.exists() for p in variant.platforms for path in lock_files(variant, root, p))
 
 
 def check_locks(matrix: Matrix) -> int:
     """`build.py lock --check`, offline: print every line's lock state on each platform; UsageError naming the stale ones."""
-    statuses = [lock_status(matrix, v, platform=p) for v in matrix.every_variant() for p in v.platforms]
-    for status in statuses:
-        print(f"{status.variant} ({arch(status.platform)}): {status.state}")
-    stale = [f"{s.variant} ({arch(s.platform)})" for s in statuses if s.state == "stale"]
+    statuses = [
+        (f"{v.name} ({arch(p)})", lock_status(matrix, v, platform=p)) for v in matrix.every_variant() for p in v.platforms
+    ]
+    for line, state in statuses:
+        print(f"{line}: {state}")
+    stale = [line for line, state in statuses if state == "stale"]
     if stale:
         raise UsageError(
             f"lock out of date with images/variants.toml for {', '.join(stale)}; run `python build.py lock --cuda ...` and commit"

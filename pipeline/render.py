@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.lock import LAYERS, is_locked, layers, lock_dir
@@ -43,6 +42,7 @@ APT_CLEAN = (
 )
 
 
+PIP_CA = "/run/secrets/pip_ca"  # where BuildKit mounts the secret id=pip_ca (pipeline/build_image.py passes it)
 # Debian's pip wheel, run from the wheel with the venv's Python (pip's own way to bootstrap): the pip of
 # the layers that come before the lock's pip is installed (Dockerfile.template says why).
 WHEEL_PIP = 'python3 "$(echo /usr/share/python-wheels/pip-*.whl)/pip"'
@@ -60,7 +60,7 @@ def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = (), pip: str
     return (
         "RUN "
         + " \\\n    ".join(mounts)
-        + f" \\\n    {START}if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \\\n"
+        + f" \\\n    {START}if [ -s {PIP_CA} ]; then export PIP_CERT={PIP_CA}; fi \\\n"
         + f" && {pip} install {pip_args}"
     )
 
@@ -100,12 +100,10 @@ def pip_layers(matrix: Matrix, variant: Variant) -> str:
             )
         out = []
         for i, (file, _) in enumerate(LAYERS):
-            mounts, path = lock_mount(variant, file)
             out.append(
                 (intro if i == 0 else "")
                 + (TRITON_NOTE if file == "3-torch.txt" else "")
-                + _pip_run(matrix, f"--no-deps --require-hashes {indexes} -r {path}", mounts)
-                + f" \\\n && cp {path} /opt/proven-torch/lock/{file}"
+                + _lock_run(matrix, variant, file)
                 + (TRITON_CLEANUP if file == "3-torch.txt" else "")
                 + CLAMP
             )
@@ -150,18 +148,21 @@ def lock_target(architecture: str) -> str:
 PIP_CHECK_TARGET = "/mnt/pip_check.py"
 # The files the RUNs mount a file on, made empty with the user so a mount changes no folder (the template's
 # {{MOUNT_TARGETS}}): the proxy CA's secret, each architecture's lock file, pip_check.py.
-MOUNT_TARGETS = ("/run/secrets/pip_ca", *(lock_target(arch(p)) for p in PLATFORMS), PIP_CHECK_TARGET)
+MOUNT_TARGETS = (PIP_CA, *(lock_target(arch(p)) for p in PLATFORMS), PIP_CHECK_TARGET)
 
 
-def lock_mount(variant: Variant, file: str) -> tuple[tuple[str, ...], str]:
-    """(the mounts of one lock file for its pip RUN, the path the RUN reads it at). Each file is mounted on
+def _lock_run(matrix: Matrix, variant: Variant, file: str, pip: str = WHEEL_PIP) -> str:
+    """The pip RUN of one lock file, which it then copies into the image. Each file is mounted on
     its own, so a change to one lock rebuilds its layer and those above, not the layers below; a multi-arch
     line mounts each architecture's and reads the one BuildKit's TARGETARCH names (BuildKit 0.8 does not
     expand arguments in a mount's source). The targets exist in the image (Dockerfile.template says why)."""
-    rel = lock_dir(variant).relative_to(REPO_ROOT)
-    archs = [arch(p) for p in variant.platforms] if variant.multi_arch else [arch(AMD64)]
-    mounts = tuple(f"--mount=type=bind,source={rel.parent / a / file},target={lock_target(a)}" for a in archs)
-    return mounts, lock_target("${TARGETARCH}" if variant.multi_arch else arch(AMD64))
+    mounts = tuple(
+        f"--mount=type=bind,source={lock_dir(variant, platform=p).relative_to(REPO_ROOT) / file},target={lock_target(arch(p))}"
+        for p in variant.platforms
+    )
+    path = lock_target("${TARGETARCH}" if variant.multi_arch else arch(AMD64))
+    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts, pip)
+    return run + f" \\\n && cp {path} /opt/proven-torch/lock/{file}"
 
 
 def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -172,12 +173,6 @@ def dockerfile_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
 def build_arg(variant: Variant) -> dict[str, str]:
     """The build argument that picks the variant's torch line in its CUDA line's Dockerfile."""
     return {"TORCH": variant.torch_minor}
-
-
-def line_variants(matrix: Matrix, variant: Variant) -> list[Variant]:
-    """Every variant one Dockerfile builds: the torch lines of `variant`'s CUDA line (in its flavor),
-    the one `--cuda` builds first."""
-    return [v for v in matrix.every_variant() if v.cuda == variant.cuda and v.flavor == variant.flavor]
 
 
 def spec_path(variant: Variant, root: Path = REPO_ROOT) -> Path:
@@ -192,16 +187,9 @@ def render_spec(variant: Variant, advisories: dict) -> str:
 
 def flavor_layer(matrix: Matrix, variant: Variant) -> str:
     """The flavor's one pip layer: its lock installed, then the image's pip constraint rewritten."""
-    file = layers(variant)[0][0]
-    mounts, path = lock_mount(variant, file)
-    run = _pip_run(matrix, f"--no-deps --require-hashes {' '.join(variant.index_args())} -r {path}", mounts, "pip")
-    run = run.replace(" && pip install ", " && PIP_CONSTRAINT='' pip install ", 1)
+    run = _lock_run(matrix, variant, layers(variant)[0][0], "PIP_CONSTRAINT='' pip")
     check = pip_check(variant)  # the base image has the script (its torch stage)
-    return (
-        run
-        + f" \\\n && cp {path} /opt/proven-torch/lock/{file} \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt"
-        + CLAMP
-    )
+    return run + f" \\\n && {check} && pip freeze > /opt/proven-torch/constraints.txt" + CLAMP
 
 
 def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
@@ -209,7 +197,7 @@ def _values(matrix: Matrix, variant: Variant) -> dict[str, str]:
         "NAME": matrix.name,
         "VARIANT": variant.name,
         "NOTE": f"\n# {variant.note}" if variant.note else "",
-        "BASE_IMAGE": variant.base_image,
+        "BASE_IMAGE": matrix.base_image,
         "PYTHON": variant.python,
         "CUDA": variant.cuda,
         "CUDA_MAJOR": variant.cuda.split(".")[0],
@@ -253,7 +241,8 @@ def render(matrix: Matrix, variant: Variant, template: str | None = None) -> str
     path = FLAVOR_TEMPLATE_PATH if flavored else TEMPLATE_PATH
     stage_path = FLAVOR_STAGE_TEMPLATE_PATH if flavored else STAGE_TEMPLATE_PATH
     template = path.read_text() if template is None else template
-    lines = line_variants(matrix, variant)
+    # the torch lines of the CUDA line (in its flavor), the one `--cuda` builds first
+    lines = [v for v in matrix.every_variant() if v.cuda == variant.cuda and v.flavor == variant.flavor]
     stage = stage_path.read_text()
     values = _values(matrix, lines[0]) | {
         "HEADER": HEADER.replace("images/Dockerfile.template", f"images/{path.name}"),
@@ -276,23 +265,9 @@ def rendered_files(
     return files
 
 
-def render_all(matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT) -> list[Path]:
-    """Write every variant's Dockerfile and spec; return the paths written."""
-    files = rendered_files(matrix, disclosures, root)
-    for path, text in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return [path for path, _ in files]
-
-
 def stale_files(
     matrix: Matrix, disclosures: dict[str, dict], root: Path = REPO_ROOT, variants: list[Variant] | None = None
 ) -> list[Path]:
     """The committed generated files that differ from a fresh render (or are missing)."""
     files = rendered_files(matrix, disclosures, root, variants)
     return [path for path, text in files if not path.exists() or path.read_text() != text]
-
-
-def wrote(paths: Iterable[Path]) -> list[str]:
-    """'wrote images/...': one line per file written, named from the repository's root."""
-    return [f"wrote {path.relative_to(REPO_ROOT)}" for path in paths]

@@ -71,7 +71,6 @@ class Variant:
     note: str
     # copied from [project] / [packages] so a Variant is self-contained
     python: str
-    base_image: str
     base_suite: str
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
@@ -246,9 +245,6 @@ class Matrix:
         torch = "" if first.torch_minor == variant.torch_minor else f" --torch {variant.torch_minor}"
         return f"--cuda {variant.cuda}{torch}" + (f" --flavor {variant.flavor}" if variant.flavored else "")
 
-    def cuda_lines(self) -> list[str]:
-        return list(dict.fromkeys(v.cuda for v in self.variants))
-
     def by_name(self, name: str) -> Variant:
         return _named(self.variants, name, "variant")
 
@@ -327,7 +323,6 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 platforms=platforms,
                 platforms_note=platforms_note,
                 python=project["python"],
-                base_image=project["base_image"],
                 base_suite=project["base_suite"],
                 packages=packages,
                 ppo_gate=gate,
@@ -343,8 +338,6 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
     if default is None:
         raise MatrixError(f"{path}: default_cuda {project['default_cuda']!r} matches no variant")
     names = [v.name for v in variants]
-    if len(set(names)) != len(names):
-        raise MatrixError(f"{path}: a variant is listed twice")
     variants = [dataclasses.replace(v, driver_lines=lines, base_name=v.name, is_default=v.name == default) for v in variants]
     flavors = tuple(_flavor(name, table, names, path) for name, table in (data.get("flavors") or {}).items())
     return Matrix(path=path, packages=packages, ppo_gate=gate, variants=tuple(variants), flavors=flavors, **project)
@@ -437,42 +430,28 @@ def cuda_tag(cuda: str) -> str:
     return "cu" + cuda.replace(".", "")
 
 
-def _normalise_cuda(text: str) -> str:
-    text = text.strip().lower()
-    match = re.fullmatch(r"cu(\d+)(\d)", text)  # cu128 -> 12.8, cu118 -> 11.8
-    if match:
-        return f"{match.group(1)}.{match.group(2)}"
-    return text
-
-
-def _version_matches(requested: str, pinned: str) -> bool:
-    req = requested.strip().split(".")
-    return pinned.split(".")[: len(req)] == req
-
-
 def resolve(matrix: Matrix, cuda: str | None, torch: str | None = None, flavor: str = BASE) -> Variant:
-    """The variant for a CUDA line (and torch), in `flavor` (see Matrix.flavored)."""
-    return matrix.flavored(resolve_base(matrix, cuda, torch), flavor)
-
-
-def resolve_base(matrix: Matrix, cuda: str | None, torch: str | None = None) -> Variant:
-    """The variant for a requested CUDA line (and torch version); UsageError saying what exists instead."""
-    cuda = _normalise_cuda(cuda) if cuda else matrix.default_cuda
-    lines = ", ".join(matrix.cuda_lines())
+    """The variant for a requested CUDA line (and torch version), in `flavor` (see Matrix.flavored);
+    UsageError saying what exists instead."""
+    cuda = cuda.strip().lower() if cuda else matrix.default_cuda
+    if tag := re.fullmatch(r"cu(\d+)(\d)", cuda):  # cu128 -> 12.8, cu118 -> 11.8
+        cuda = f"{tag.group(1)}.{tag.group(2)}"
+    lines = ", ".join(dict.fromkeys(v.cuda for v in matrix.variants))
     if not re.fullmatch(r"\d+\.\d+", cuda):
         raise UsageError(f"--cuda {cuda!r} is not a CUDA line like 12.8; choose one of: {lines}")
     by_cuda = [v for v in matrix.variants if v.cuda == cuda]
     if torch is None:
         if not by_cuda:
             raise UsageError(f"unknown CUDA line {cuda}; this matrix has {lines}")
-        return by_cuda[0]  # the first listed for the line: the matrix's choice
+        return matrix.flavored(by_cuda[0], flavor)  # the first listed for the line: the matrix's choice
 
     if not re.fullmatch(r"\d+(\.\d+){0,2}", torch.strip()):
         raise UsageError(f"--torch {torch!r} is not a version like X.Y or X.Y.Z")
-    with_torch = [v for v in matrix.variants if _version_matches(torch, v.torch)]
+    requested = torch.strip().split(".")
+    with_torch = [v for v in matrix.variants if v.torch.split(".")[: len(requested)] == requested]
     match = [v for v in by_cuda if v in with_torch]
     if match:
-        return match[0]
+        return matrix.flavored(match[0], flavor)
     if not with_torch:
         known = ", ".join(sorted({v.torch for v in matrix.variants}))
         raise UsageError(f"no torch {torch} in the matrix; it has torch {known}")

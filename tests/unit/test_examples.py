@@ -50,9 +50,9 @@ def test_the_diff_example_is_what_diff_prints_from_its_record():
 
 
 def test_each_example_folder_says_where_and_when_it_ran():
-    for example in examples.EXAMPLES.values():
+    for name, example in examples.EXAMPLES.items():
         text = (REPO_ROOT / example.log.parent / "README.md").read_text()
-        assert "ran on" in text and "2026-" in text, example.name
+        assert "ran on" in text and "2026-" in text, name
 
 
 def test_every_document_holds_its_examples_and_figures_as_rendered():

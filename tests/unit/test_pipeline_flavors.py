@@ -57,7 +57,7 @@ def test_flavor_tags_end_in_the_flavor_and_never_move_latest(rlhf):
 
 
 def test_the_flavor_lock_holds_only_what_the_base_lacks(matrix, rlhf):
-    assert is_locked(rlhf) and lock_status(matrix, rlhf).state == "fresh"
+    assert is_locked(rlhf) and lock_status(matrix, rlhf) == "fresh"
     text = (lock_dir(rlhf) / layers(rlhf)[0][0]).read_text()
     names = {re.split(r"==", line)[0].lower() for line in text.splitlines() if re.match(r"^[a-z0-9]", line, re.I)}
     assert {name for name, _ in rlhf.flavor_packages} <= names
