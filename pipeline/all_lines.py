@@ -15,7 +15,7 @@ from pipeline.html_report import line_reports
 from pipeline.line import run
 from pipeline.records import Report, write
 from pipeline.request import Request
-from pipeline.variants import REPO_ROOT, Matrix, Variant, pypi_alternatives
+from pipeline.variants import REPO_ROOT, Variant, pypi_alternatives
 
 
 @dataclass(frozen=True)
@@ -74,32 +74,32 @@ def stopped_in(line: str, err: BaseException, rows: list[LineResult], kept: list
     return Interrupted(f"matrix stopped in {line}: {said}; lines finished before it: {before}; nothing was pushed{left}")
 
 
-def run_matrix(matrix: Matrix, base_config, names: list[str] | None, keep: bool) -> list[LineResult]:
+def run_matrix(base: Request, names: list[str] | None, keep: bool) -> list[LineResult]:
     """Build and prove each chosen line in turn; a failed line does not stop the others, Ctrl-C stops all."""
     rows: list[LineResult] = []
     kept: list[str] = []
+    matrix = base.matrix
     for variant in [matrix.by_name(name) for name in names] if names else matrix.variants:  # by_name refuses an unknown one
         try:
-            rows.append(_run_line(matrix, base_config, variant, keep, kept))
+            rows.append(_run_line(base, variant, keep, kept))
         except (Interrupted, KeyboardInterrupt) as err:
             raise stopped_in(variant.name, err, rows, kept) from None
     return rows
 
 
-def _run_line(matrix: Matrix, base_config, variant: Variant, keep: bool, kept: list[str]) -> LineResult:
+def _run_line(base: Request, variant: Variant, keep: bool, kept: list[str]) -> LineResult:
     """One line of the matrix: its row (a line that failed included); Interrupted propagates."""
-
     print(f"==> matrix: {variant.name} (torch {variant.torch}, CUDA {variant.cuda}, {variant.builds_from})", flush=True)
-    if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base_config.ca_cert)):
+    if not variant.uses_pypi and (why := build_image.index_unreachable(variant.index, base.ca_cert)):
         print(f"==> matrix: {variant.name}: not buildable here ({why})", flush=True)
-        detail = f"{variant.index} unreachable ({why}); {pypi_alternatives(matrix, variant)}"
+        detail = f"{variant.index} unreachable ({why}); {pypi_alternatives(base.matrix, variant)}"
         return _row(variant, "not buildable here", None, detail)
     try:
-        result = run(dataclasses.replace(base_config, variant=variant))
+        result = run(dataclasses.replace(base, variant=variant))
     except (UsageError, Interrupted):
         raise
     except PipelineError as err:
-        runs = line_reports(base_config.report_dir / variant.name)
+        runs = line_reports(base.report_dir / variant.name)
         return _row(variant, "failed", Report.load(runs[-1]) if runs else None, str(err))
     report = Report.load(result.report_path)
     if keep:
@@ -144,9 +144,8 @@ def run_and_summarize(base: Request, names: list[str] | None, keep: bool) -> int
     printed; ValidationFailed (exit 5) naming the lines that failed."""
     from common.host import host_cpu
 
-    matrix, report_dir = base.matrix, base.report_dir
-    rows = run_matrix(matrix, base, names, keep)
-    md, js = write_summary(rows, report_dir, host_cpu())
+    rows = run_matrix(base, names, keep)
+    md, js = write_summary(rows, base.report_dir, host_cpu())
     print(markdown(rows, host_cpu(), "today"), end="")
     print(f"==> matrix summary: {md.relative_to(REPO_ROOT) if md.is_relative_to(REPO_ROOT) else md} and {js.name}")
     failed = [r.line for r in rows if r.status == "failed"]

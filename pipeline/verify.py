@@ -254,13 +254,13 @@ class Verifier:
             )
         return summary(digest, runset)
 
-    def judge_rollback(self, image: dict, label: str) -> None:
+    def judge_rollback(self, image: dict, ref: registry.ImageRef) -> None:
         """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
         line, architecture and torch build with a later date names another digest whose statements verify and
         were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
         tag is bounded by --max-age."""
         own = IMMUTABLE.match(image["provenance"]["tags"][0]) if image["provenance"]["tags"] else None
-        if own is None or label.rsplit(":", 1)[-1] == own.string:
+        if own is None or ref.reference == own.string:
             return  # asked by its immutable tag, or a provenance without one: nothing newer to compare with
         newer = sorted(
             (m for m in map(IMMUTABLE.match, self.client.tags()) if m and m["stem"] == own["stem"] and m["arch"] == own["arch"]),
@@ -272,15 +272,20 @@ class Verifier:
             if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
                 continue
             try:
-                other = self.check_image(found[2], found[0], f"{label} (newer {match.string})", None)
+                other = self.check_image(found[2], found[0], f"{ref} (newer {match.string})", None)
             except NotVerified:
                 continue  # not a newer *signed* build
-            if other["signed_at"] > image["signed_at"]:
+            if signed_time(other) > signed_time(image):
                 raise NotVerified(
-                    f"{label}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
+                    f"{ref}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
                     f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
                     "pull by the newer tag, or ask by digest if the older one is wanted"
                 )
+
+
+def signed_time(image: dict) -> dt.datetime:
+    """When a verified image's run was signed (its summary's `signed_at`), as a time, not as text."""
+    return dt.datetime.strptime(image["signed_at"], TIME_FORMAT)
 
 
 IMMUTABLE = re.compile(r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)(?P<arch>-(?:amd64|arm64))?$")
@@ -339,7 +344,7 @@ def verify(
     else:
         images.append(checker.check_image(digest, body, str(ref), ref))
         if not ref.is_digest:
-            checker.judge_rollback(images[0], str(ref))
+            checker.judge_rollback(images[0], ref)
     return record
 
 

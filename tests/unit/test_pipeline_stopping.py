@@ -122,7 +122,7 @@ def test_ctrl_c_in_a_matrix_line_stops_the_matrix_naming_the_line(matrix, tmp_pa
     monkeypatch.setattr("pipeline.all_lines.run", fake_run)
     names = [pypi[0].name, pypi[1].name, pypi[0].name]
     with pytest.raises(Interrupted) as err:
-        matrix_run.run_matrix(matrix, _config(matrix, tmp_path), names, keep=False)
+        matrix_run.run_matrix(_config(matrix, tmp_path), names, keep=False)
     assert started == names[:2], "no line starts after Ctrl-C"
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"matrix stopped in {pypi[1].name}: interrupted during the proof")
@@ -136,7 +136,7 @@ def test_a_bare_keyboardinterrupt_between_steps_stops_the_matrix_too(matrix, tmp
     monkeypatch.setattr("pipeline.all_lines.run", fake_run)
     line = next(v for v in matrix.variants if v.uses_pypi)
     with pytest.raises(Interrupted, match=f"^matrix stopped in {line.name}: interrupted; lines finished before it: none"):
-        matrix_run.run_matrix(matrix, _config(matrix, tmp_path), [line.name], keep=False)
+        matrix_run.run_matrix(_config(matrix, tmp_path), [line.name], keep=False)
 
 
 @pytest.mark.skipif(__import__("pipeline.docker_env", fromlist=["x"]).host_gpu_count() > 0, reason="this host has a GPU")
