@@ -39,7 +39,7 @@ DEADLINES: dict[str, float] = {
     "uv pip compile": 600,
     "git": 10,
     "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
-    # and its waits on the network (pipeline.registry, pipeline.here)
+    # and its waits on the network (pipeline.registry, pipeline.listing)
     "layer read": 3600,  # build.py rebuild: the pushed layers that differ, read to name their files
     "diffoscope": 600,  # build.py rebuild: diffoscope's report on the files that differ
     "verify": 30,  # everything one registry command asks of registries (--timeout)
