@@ -15,9 +15,10 @@ from pipeline.records import REPORT, write
 from pipeline.variants import AMD64, Variant
 
 
-@dataclass
+@dataclass(frozen=True)
 class Validation:
-    """What validation found: the stages (pipeline/validation/gate.py) fill it in as they run, then its verdict."""
+    """What validation found and its verdict (pipeline/validation/gate.py makes it from the stages' Findings);
+    frozen: validation.json's hash, stamped as a label, is of this record."""
 
     ok: bool = False
     gpu: bool = False

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipeline import labels
@@ -44,6 +44,18 @@ class Request:
         return EMULATION_SCALE if self.target.emulated else 1.0  # the proof inside scales its own the same way
 
 
+@dataclass
+class Findings:
+    """What the stages found, filled in as they run (a Validation is made of it at the end)."""
+
+    size: dict = field(default_factory=dict)
+    hygiene: tuple[str, ...] = ()
+    sbom: dict = field(default_factory=dict)
+    audit: dict = field(default_factory=dict)
+    proof: dict = field(default_factory=dict)
+    ran_in: str = ""
+
+
 # --------------------------------------------------------------------------- stages
 
 
@@ -68,7 +80,7 @@ def spec_problem(baked: bytes | None, variant: Variant) -> str | None:
     return None
 
 
-def labels_and_size(req: Request, found: Validation) -> list[str]:
+def labels_and_size(req: Request, found: Findings) -> list[str]:
     """Labels and the baked spec against the pins, size against the budget: instant, so they run first."""
     failures = []
     image = req.client.images.get(req.image_id)
@@ -93,7 +105,7 @@ def labels_and_size(req: Request, found: Validation) -> list[str]:
     return failures
 
 
-def hygiene_scan(req: Request, found: Validation) -> list[str]:
+def hygiene_scan(req: Request, found: Findings) -> list[str]:
     print("==> hygiene scan: private keys, tokens, the build CA, .git, pip caches, nvcc", flush=True)
     start = time.monotonic()
     found.hygiene = tuple(hygiene.scan_image(req.client, req.image_id, req.target.ca_cert, 600 * req.time_scale))
@@ -103,7 +115,7 @@ def hygiene_scan(req: Request, found: Validation) -> list[str]:
     return [f"hygiene scan found {len(found.hygiene)} problem(s), first: {found.hygiene[0]}"] if found.hygiene else []
 
 
-def sbom_and_audit(req: Request, found: Validation) -> list[str]:
+def sbom_and_audit(req: Request, found: Findings) -> list[str]:
     """SBOM of the image, then the vulnerability audit of its Python packages."""
     inventory, found.sbom = sbom.write_sbom(req.client, req.image_id, req.target.variant, req.target.run_dir, req.time_scale)
     database = advisory_db.load(req.target.advisories) if req.target.advisories else advisory_db.load_snapshot()
@@ -158,7 +170,7 @@ def emulation_env(target: Target) -> dict[str, str]:
     return {"PROVEN_TORCH_EMULATED": emulated_on_x86(PLATFORMS[target.platform]["machine"])}
 
 
-def proof(req: Request, found: Validation) -> list[str]:
+def proof(req: Request, found: Findings) -> list[str]:
     gpu = req.gpus > 0
     command = proof_command(require_gpu=gpu)
     print(f"==> proof: {' '.join(command)}", flush=True)
@@ -192,7 +204,7 @@ def proof(req: Request, found: Validation) -> list[str]:
     return list(found.proof.get("failures") or []) or [f"proof failed (exit {done.exit_code}, no proof.json)"]
 
 
-Stage = Callable[[Request, Validation], list[str]]
+Stage = Callable[[Request, Findings], list[str]]
 STAGES: tuple[tuple[str, Stage], ...] = (
     ("labels, spec and size", labels_and_size),
     ("hygiene scan", hygiene_scan),
@@ -204,7 +216,7 @@ STAGES: tuple[tuple[str, Stage], ...] = (
 def validate_image(req: Request) -> Validation:
     """Run the stages in order until one fails; the rest are "not run"."""
     start = time.monotonic()
-    found = Validation(platform=req.target.platform, emulated=req.target.emulated)
+    found = Findings()
     failures: list[str] = []
     statuses = []
     for name, stage in STAGES:
@@ -213,11 +225,13 @@ def validate_image(req: Request) -> Validation:
             continue
         failures = stage(req, found)
         statuses.append((name, "fail" if failures else "pass"))
-    return replace(
-        found,
+    return Validation(
         ok=not failures,
         gpu=bool(found.proof.get("gpu")),
         seconds=time.monotonic() - start,
         failures=tuple(failures),
         stages=tuple(statuses),
+        platform=req.target.platform,
+        emulated=req.target.emulated,
+        **vars(found),  # what the stages found: proof, hygiene, size, SBOM, audit, the image the proof ran in
     )

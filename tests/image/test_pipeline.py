@@ -449,9 +449,8 @@ def test_the_image_label_names_the_accepted_advisories(docker, run_result, repor
 
 def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image, variant, tmp_path):
     """A fixture OSV record against the image's tqdm: refused; allowlisted: it passes the audit stage."""
-    from pipeline.target import Validation
     from pipeline.validation import audit as audit_mod
-    from pipeline.validation.gate import Request, sbom_and_audit
+    from pipeline.validation.gate import Findings, Request, sbom_and_audit
 
     db = tmp_path / "osv"
     db.mkdir()
@@ -475,7 +474,7 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     ]
     packages = [{"name": "tqdm", "version": version}]
     assert audit_mod.audit(packages, [record], allow)["status"] == "pass"
-    found = Validation()
+    found = Findings()
     failures = sbom_and_audit(Request(docker, image, 0, target), found)
     assert found.audit["status"] == "fail" and failures
 
