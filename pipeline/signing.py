@@ -118,7 +118,8 @@ def registered(client: registry.Registry, digest: str) -> Registered:
     what = f"{client.ref.name}@{digest[:19]}…"
     config = registry.config_digest(found[0], what)
     image = registry.as_dict(client.blob(config, registry.MAX_MANIFEST), f"{what}: its config").get("config")
-    stamped = (image.get("Labels") or {}).get(VALIDATION_SHA256) if isinstance(image, dict) else None
+    labels = image.get("Labels") if isinstance(image, dict) else None
+    stamped = labels.get(VALIDATION_SHA256) if isinstance(labels, dict) else None
     return Registered(digest, config, stamped if isinstance(stamped, str) else None)
 
 

@@ -527,3 +527,17 @@ def test_a_compressed_answer_is_refused(server):
     server.put("manifests/gz", gzip.compress(b"{}"), registry.OCI_MANIFEST, **{"Content-Encoding": "gzip"})
     with pytest.raises(RegistryDataRefused, match="Content-Encoding 'gzip'"):
         registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:gz")).manifest("gz")
+
+
+@pytest.mark.parametrize("config", [{"config": {"Labels": ["io.proven-torch.validation-sha256"]}}, {"config": "labels"}, {}])
+def test_a_config_whose_labels_are_not_an_object_stamps_no_validation_hash(server, config):
+    """`build.py sign` reads the stamped validation hash from the registry's config: labels of the wrong
+    shape are no hash (sign then refuses: bind), never a traceback."""
+    from pipeline.signing import registered
+
+    blob = server.blob(json.dumps(config).encode())
+    digest, _ = server.manifest(
+        {"schemaVersion": 2, "mediaType": registry.OCI_MANIFEST, "config": {"digest": blob}, "layers": []}
+    )
+    found = registered(registry.Registry(registry.parse_ref(f"{server.host}/{REPO}@{digest}")), digest)
+    assert (found.config, found.validation_sha256) == (blob, None)
