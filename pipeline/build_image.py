@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from common.deadlines import DEADLINES
 from pipeline import hostprocs, rebuild_config
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, UsageError
@@ -187,9 +188,9 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
 
         # Ctrl-C stops the CLI and BuildKit's build with it; pipeline.line says what the run had tagged
         ran = hostprocs.run_host(argv, "docker build", env=cli.environ(), on_line=show)
-    if ran.timed_out:
+    if ran.returncode is None:
         raise BuildFailed(
-            f"docker build of {variant.name} did not finish within {ran.deadline:.0f} s and was stopped (log: {log_path})"
+            f"docker build of {variant.name} did not finish within {DEADLINES['docker build']:.0f} s and was stopped (log: {log_path})"
         )
     seconds = time.monotonic() - start
     if ran.returncode != 0 or not iidfile.exists():
