@@ -40,16 +40,14 @@ def run_host(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     on_line: Callable[[str], None] | None = None,
-    deadline: float | None = None,
 ) -> Finished:
     """Run a host command of `kind` (a key of DEADLINES) and wait at most its deadline.
 
     With `on_line`, stdout and stderr together are handed over line by line as they come;
     otherwise both are captured apart. Ctrl-C stops the command and its children, then
     raises Interrupted naming `what` (default: the kind)."""
-    limit = DEADLINES[kind] if deadline is None else deadline
     with step(what or kind):
         try:
-            return run_bounded(argv, limit, env=env, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
+            return run_bounded(argv, DEADLINES[kind], env=env, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
         except OSError as err:  # not found, not executable: as a shell says it
             return Finished(127, "", f"cannot run {argv[0]}: {err.strerror or err}")
