@@ -50,7 +50,6 @@ _HASH_PATTERNS = ("DO NOT MATCH THE HASHES", "hash mismatch")
 class BuildResult:
     image_id: str
     seconds: float
-    log_path: Path
 
 
 SOURCE = "https://github.com/proven-torch/proven-torch"  # the image's source label; provenance's builder
@@ -202,4 +201,4 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
     else:
         how = "no git history: its times the build's clock"
     print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s ({how}; untagged until validated)", flush=True)
-    return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)
+    return BuildResult(image_id=image_id, seconds=seconds)
