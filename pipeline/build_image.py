@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from common.deadlines import DEADLINES
 from pipeline import hostprocs, rebuild_config
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, UsageError
@@ -49,7 +50,6 @@ _HASH_PATTERNS = ("DO NOT MATCH THE HASHES", "hash mismatch")
 class BuildResult:
     image_id: str
     seconds: float
-    log_path: Path
 
 
 SOURCE = "https://github.com/proven-torch/proven-torch"  # the image's source label; provenance's builder
@@ -187,9 +187,9 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
 
         # Ctrl-C stops the CLI and BuildKit's build with it; pipeline.line says what the run had tagged
         ran = hostprocs.run_host(argv, "docker build", env=cli.environ(), on_line=show)
-    if ran.timed_out:
+    if ran.returncode is None:
         raise BuildFailed(
-            f"docker build of {variant.name} did not finish within {ran.deadline:.0f} s and was stopped (log: {log_path})"
+            f"docker build of {variant.name} did not finish within {DEADLINES['docker build']:.0f} s and was stopped (log: {log_path})"
         )
     seconds = time.monotonic() - start
     if ran.returncode != 0 or not iidfile.exists():
@@ -201,4 +201,4 @@ def build_image(client, cli: BuildCli, matrix: Matrix, build: Build) -> BuildRes
     else:
         how = "no git history: its times the build's clock"
     print(f"==> built {image_id[:19]} ({arch(platform)}) in {seconds:.0f}s ({how}; untagged until validated)", flush=True)
-    return BuildResult(image_id=image_id, seconds=seconds, log_path=log_path)
+    return BuildResult(image_id=image_id, seconds=seconds)

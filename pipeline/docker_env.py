@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import DockerUnavailable
+from pipeline.hostprocs import run_host
 
 # Candidate CLIs in order. A client without the buildx plugin cannot use
 # BuildKit from Docker 23 on; Debian's 20.10 CLI can with DOCKER_BUILDKIT=1.
@@ -27,14 +28,6 @@ class BuildCli:
         return {**os.environ, **dict(self.env)}
 
 
-def _run_quiet(argv: list[str]):
-    """A short probe (`docker version`, `nvidia-smi -L`), bounded; None when it could not run or timed out."""
-    from pipeline.hostprocs import run_host
-
-    ran = run_host(argv, "docker probe")
-    return None if ran.returncode in (None, 127) else ran
-
-
 def find_build_cli() -> BuildCli:
     """The first docker CLI that can drive BuildKit (secrets, cache mounts)."""
     candidates = [os.environ["DOCKER_CLI"]] if os.environ.get("DOCKER_CLI") else list(_CLI_CANDIDATES)
@@ -43,11 +36,10 @@ def find_build_cli() -> BuildCli:
         exe = shutil.which(candidate) or (candidate if Path(candidate).is_file() else None)
         if not exe:
             continue
-        buildx = _run_quiet([exe, "buildx", "version"])
-        if buildx and buildx.returncode == 0:
+        if run_host([exe, "buildx", "version"], "docker probe").returncode == 0:
             return BuildCli((exe, "buildx", "build", "--load"), (), f"{exe} buildx")
-        version = _run_quiet([exe, "version", "--format", "{{.Client.Version}}"])
-        client = version.stdout.strip() if version else ""
+        version = run_host([exe, "version", "--format", "{{.Client.Version}}"], "docker probe")
+        client = version.stdout.strip() if version.returncode not in (None, 127) else ""  # it ran and finished
         major = re.match(r"(\d+)\.", client)
         if major and int(major.group(1)) < 23:
             return BuildCli((exe, "build"), (("DOCKER_BUILDKIT", "1"),), f"{exe} {client} with DOCKER_BUILDKIT=1")
@@ -89,8 +81,8 @@ def host_gpu_count() -> int:
     """How many NVIDIA GPUs this host has (0 when none or no driver)."""
     smi = shutil.which("nvidia-smi")
     if smi:
-        result = _run_quiet([smi, "-L"])
-        if result and result.returncode == 0:
+        result = run_host([smi, "-L"], "docker probe")
+        if result.returncode == 0:
             return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
     return 0
 

@@ -14,30 +14,13 @@ matrix (pipeline.all_lines), the only places that know it.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from common.deadlines import DEADLINES
-from common.procs import run_bounded
+from common.procs import Finished, run_bounded
 from pipeline.errors import Interrupted
 
 GRACE_S = DEADLINES["stop_grace"]  # between SIGTERM and SIGKILL
-
-
-@dataclass(frozen=True)
-class Ran:
-    """How a host command ended."""
-
-    returncode: int | None  # None: stopped at its deadline
-    stdout: str
-    stderr: str
-    seconds: float
-    deadline: float
-
-    @property
-    def timed_out(self) -> bool:
-        return self.returncode is None
 
 
 @contextlib.contextmanager
@@ -57,26 +40,14 @@ def run_host(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     on_line: Callable[[str], None] | None = None,
-    deadline: float | None = None,
-) -> Ran:
+) -> Finished:
     """Run a host command of `kind` (a key of DEADLINES) and wait at most its deadline.
 
-    With `on_line`, stdout and stderr together are handed over line by line as they come
-    (and returned as stdout); otherwise both are captured apart. Ctrl-C stops the command
-    and its children, then raises Interrupted naming `what` (default: the kind)."""
-    limit = DEADLINES[kind] if deadline is None else deadline
-    start = time.monotonic()
-    lines: list[str] = []
-
-    def keep(line: str) -> None:
-        lines.append(line)
-        assert on_line is not None
-        on_line(line)
-
+    With `on_line`, stdout and stderr together are handed over line by line as they come;
+    otherwise both are captured apart. Ctrl-C stops the command and its children, then
+    raises Interrupted naming `what` (default: the kind)."""
     with step(what or kind):
         try:
-            done = run_bounded(argv, limit, env=env, cwd=cwd, output=keep if on_line else "capture", grace=GRACE_S)
+            return run_bounded(argv, DEADLINES[kind], env=env, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
         except OSError as err:  # not found, not executable: as a shell says it
-            return Ran(127, "", f"cannot run {argv[0]}: {err.strerror or err}", time.monotonic() - start, limit)
-    stdout = "\n".join(lines) if on_line else done.stdout
-    return Ran(done.returncode, stdout, done.stderr, time.monotonic() - start, limit)
+            return Finished(127, "", f"cannot run {argv[0]}: {err.strerror or err}")

@@ -169,8 +169,8 @@ def _skopeo_copy(args: list[str], what: str, start: float) -> None:
     ran = hostprocs.run_host(
         [skopeo(), "copy", "--retry-times", "2", *args], "skopeo copy", what=f"the push of {what}", on_line=show
     )
-    if ran.timed_out:
-        raise PushFailed(f"cannot push {what}: skopeo did not finish within {ran.deadline:.0f} s and was stopped")
+    if ran.returncode is None:
+        raise PushFailed(f"cannot push {what}: skopeo did not finish within {DEADLINES['skopeo copy']:.0f} s and was stopped")
     if ran.returncode != 0:
         detail = next((ln for ln in reversed(tail) if ln), f"skopeo exited {ran.returncode}")
         raise PushFailed(f"cannot push {what}: {detail[:240]}; is the registry running and reachable?")
@@ -271,9 +271,9 @@ def _docker(args: list[str], what: str) -> str:
     exe = os.environ.get("DOCKER_CLI") or shutil.which("docker") or "/usr/bin/docker"
     env = {**os.environ, "DOCKER_CLI_EXPERIMENTAL": "enabled"}  # `docker manifest` in the 20.10 CLI
     done = hostprocs.run_host([exe, *args], "docker manifest", what=what, env=env)
-    if done.timed_out:
+    if done.returncode is None:
         raise PushFailed(
-            f"{what}: the docker CLI did not finish within {done.deadline:.0f} s and was stopped; check the registry"
+            f"{what}: the docker CLI did not finish within {DEADLINES['docker manifest']:.0f} s and was stopped; check the registry"
         )
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
