@@ -28,12 +28,13 @@ class RunResult:
     index: dict[str, str] = field(default_factory=dict)  # multi-arch index ref -> digest
 
 
-def git_revision(root: Path = REPO_ROOT) -> str:
-    rev = hostprocs.run_host(["git", "-C", str(root), "rev-parse", "--short=7", "HEAD"], "git")
-    dirty = hostprocs.run_host(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], "git")
-    if rev.returncode != 0 or dirty.returncode != 0:
+def git_commit() -> str:
+    """The checkout's full commit, "-dirty" when it has uncommitted changes, or "nogit"."""
+    head = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], "git")
+    dirty = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], "git")
+    if head.returncode != 0 or dirty.returncode != 0:
         return "nogit"
-    return f"{rev.stdout.strip()}-dirty" if dirty.stdout.strip() else rev.stdout.strip()
+    return f"{head.stdout.strip()}-dirty" if dirty.stdout.strip() else head.stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,11 @@ def run(config: Request) -> RunResult:
 
     now = dt.datetime.now(dt.UTC)
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")  # when the run started; an image's created label is its inputs' time
-    revision = git_revision()
+    commit = git_commit()
+    revision = "nogit" if commit == "nogit" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     facts = (  # what the push's provenance says of the run, gathered once
-        run_facts.gather(client, cli.description, list(config.command or sys.argv), revision, created) if config.push else None
+        run_facts.gather(client, cli.description, list(config.command or sys.argv), commit, created) if config.push else None
     )
     started = Run(now, revision, gpus)
     results: dict[str, tuple[Target, Tagged, Pushed]] = {}

@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import hostprocs, lock, statements
+from pipeline import lock, statements
 from pipeline.build_image import SOURCE
 from pipeline.records import FACTS, Facts, write
 from pipeline.render import dockerfile_path
@@ -29,9 +29,7 @@ class RunFacts:
     tools: dict
 
 
-def gather(client, build_cli: str, command: list[str], revision: str, started: str) -> RunFacts:
-    done = hostprocs.run_host(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], "git")
-    commit = done.stdout.strip() if done.returncode == 0 else "nogit"
+def gather(client, build_cli: str, command: list[str], commit: str, started: str) -> RunFacts:
     version = client.version()
     tools = {
         "docker_engine": version.get("Version"),
@@ -40,7 +38,6 @@ def gather(client, build_cli: str, command: list[str], revision: str, started: s
         "components": {c.get("Name"): c.get("Version") for c in version.get("Components", [])},
         "python": host.python_version(),
     }
-    commit += "-dirty" if revision.endswith("-dirty") else ""
     invocation = f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
     return RunFacts(command=command, commit=commit, started=started, invocation=invocation, tools=tools)
 

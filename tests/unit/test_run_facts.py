@@ -5,13 +5,15 @@ whole build and push."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 
 import pytest
 
+from pipeline.line import git_commit
 from pipeline.records import FACTS, Facts
 from pipeline.run_facts import RunFacts, write_facts
 from pipeline.target import Target
-from pipeline.variants import load_matrix, resolve
+from pipeline.variants import REPO_ROOT, load_matrix, resolve
 
 pytestmark = pytest.mark.unit
 
@@ -34,3 +36,11 @@ def test_every_gathered_fact_is_written_and_read_back(tmp_path):
         ("t1", "t2"),
         "sha256:" + "f" * 64,
     )
+
+
+def test_git_commit_is_the_full_commit_marked_dirty_by_tracked_changes():
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    changed = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    assert git_commit() == head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
