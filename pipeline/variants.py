@@ -71,6 +71,7 @@ class Variant:
     note: str
     # copied from [project] / [packages] so a Variant is self-contained
     python: str
+    base_image: str  # report.json's pins name it
     base_suite: str
     packages: tuple[tuple[str, str], ...]
     ppo_gate: PpoGate
@@ -323,6 +324,7 @@ def load_matrix(path: Path | str | None = None) -> Matrix:
                 platforms=platforms,
                 platforms_note=platforms_note,
                 python=project["python"],
+                base_image=project["base_image"],
                 base_suite=project["base_suite"],
                 packages=packages,
                 ppo_gate=gate,

@@ -428,3 +428,18 @@ def test_the_matrix_summary_is_one_row_per_line_with_what_it_measured():
     assert text[0].startswith("Matrix run on Some CPU, 2 cores, 2099-01-01")
     assert "| 9.8-cu991 | 9.8.1 | 99.1 | PyPI alone | proven (CPU only) | 7.8 | 250.0 | 41.8 | 5.4 | 2 high" in text[4]
     assert text[5].startswith("| 9.7-cu992 |") and "not buildable here: x unreachable | - | - | - | - | - |" in text[5]
+
+
+def test_a_written_report_keeps_every_field_and_pin_of_the_committed_example(tmp_path, matrix):
+    """report.json is read by people, jq and the docs' figures: a field or pin dropped from what a build writes
+    (docs/examples' report is the default line's, written by an earlier build) fails here."""
+    import json
+
+    from pipeline.target import Target, Validation
+
+    example = json.loads((REPO_ROOT / "docs/examples/report-2.9-cu128/report.json").read_text())
+    target = Target(resolve(matrix, None), tmp_path, "proven-torch", "20261206", "2026-12-06T00:00:00Z", "abcdef0")
+    target.write_report("sha256:" + "0" * 64, Validation(), "failed", error="a test")
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert set(example) <= set(written)
+    assert set(example["pins"]) <= set(written["pins"])

@@ -23,7 +23,7 @@ KINDS = ("https://example/a", "https://example/b")
 class Store(BaseHTTPRequestHandler):
     """Blobs and manifests kept in memory; `native`: the registry answers the referrers API itself."""
 
-    server: StoringRegistry  # type: ignore[assignment]
+    server: StoringRegistry
 
     def reply(self, status: int, body: bytes = b"", **headers: str) -> None:
         self.send_response(status)
