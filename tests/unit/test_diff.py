@@ -13,8 +13,8 @@ from pipeline import attest, registry, statements
 from pipeline.diff import Side, compare, markdown, screen
 from pipeline.signing import image_statements
 from pipeline.statements import Subject
+from tests.crafted_registry import REPO, Server, artifacts, list_referrers
 from tests.records import run_folder, validation
-from tests.unit.test_verify_registry import REPO, Server, artifacts, list_referrers
 
 pytestmark = pytest.mark.unit
 

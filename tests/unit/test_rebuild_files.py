@@ -16,7 +16,7 @@ import pytest
 from pipeline import rebuild_files, registry
 from pipeline.errors import RegistryDataRefused
 from pipeline.rebuild_files import Chunks, Entry, Pair, differences, member_path, pushed_side, walk
-from tests.unit.test_verify_registry import REPO, Server
+from tests.crafted_registry import REPO, Server
 
 pytestmark = pytest.mark.unit
 

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -21,70 +18,16 @@ import pytest
 
 from pipeline import attest, push, registry, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.referrers import CREATED_ANNOTATION, ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
+from pipeline.referrers import ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from pipeline.signing import image_statements
 from pipeline.statements import Subject
+from tests.crafted_registry import REPO, Server, artifacts, list_referrers
 from tests.records import run_folder, validation
 from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.unit
 
-REPO = "proven"
 Answer = tuple[int, dict, bytes]
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Server  # type: ignore[assignment]
-
-    def answer(self):
-        self.server.seen.append((self.command, self.path, dict(self.headers)))
-        route = self.server.routes.get(self.path.split("?")[0]) or self.server.routes.get(self.path)
-        if callable(route):
-            return route(self)
-        status, headers, body = route or (404, {}, b'{"errors":[]}')
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_HEAD = do_PUT = answer  # noqa: N815
-
-    def log_message(self, *args):
-        pass
-
-
-class Server(ThreadingHTTPServer):
-    """A registry whose answers the test writes: routes[path] = (status, headers, body) or a handler function."""
-
-    daemon_threads = True
-
-    def __init__(self, address: str = "127.0.0.1"):
-        super().__init__((address, 0), Handler)
-        self.routes: dict = {}
-        self.seen: list[tuple[str, str, dict]] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def host(self) -> str:
-        return f"{self.server_address[0]}:{self.server_address[1]}"
-
-    def put(self, path: str, body: bytes, media: str = "application/octet-stream", status: int = 200, **headers) -> None:
-        self.routes[f"/v2/{REPO}/{path}"] = (status, {"Content-Type": media, **headers}, body)
-
-    def blob(self, data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        self.put(f"blobs/{digest}", data)
-        return digest
-
-    def manifest(self, body: dict, *names: str) -> tuple[str, int]:
-        data = json.dumps(body).encode()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        for name in (digest, *names):
-            self.put(f"manifests/{name}", data, body.get("mediaType", registry.OCI_MANIFEST))
-        return digest, len(data)
 
 
 @pytest.fixture
@@ -118,40 +61,6 @@ def envelopes(keys, tmp_path: Path, digest: str, config: str, days_ago: int, gpu
     with signer_clock(f"-{days_ago}d"):
         signed = attest.sign(keys[0], stmts)
     return [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed.envelopes, strict=True)], signed.run
-
-
-def artifacts(server: Server, digest: str, signed: list[tuple[str, bytes]], created: str) -> list[dict]:
-    """Each envelope as an artifact about `digest`, with the (unsigned) creation annotation the test chooses."""
-    out = []
-    for kind, envelope in signed:
-        layer = server.blob(envelope)
-        notes = {PREDICATE_ANNOTATION: statements.PREDICATES[kind], CREATED_ANNOTATION: created}
-        body = {
-            "schemaVersion": 2,
-            "mediaType": registry.OCI_MANIFEST,
-            "artifactType": ENVELOPE_MEDIA_TYPE,
-            "config": {"mediaType": registry.EMPTY_MEDIA_TYPE, "digest": server.blob(b"{}"), "size": 2},
-            "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": layer, "size": len(envelope)}],
-            "subject": {"mediaType": registry.OCI_MANIFEST, "digest": digest, "size": 1},
-            "annotations": notes,
-        }
-        artifact, size = server.manifest(body)
-        out.append(
-            {
-                "mediaType": registry.OCI_MANIFEST,
-                "digest": artifact,
-                "size": size,
-                "artifactType": ENVELOPE_MEDIA_TYPE,
-                "annotations": notes,
-            }
-        )
-    return out
-
-
-def list_referrers(server: Server, digest: str, descriptors: list[dict], **headers) -> None:
-    """The referrers API's answer for `digest`."""
-    body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": descriptors}).encode()
-    server.put(f"referrers/{digest}", body, registry.OCI_INDEX, **headers)
 
 
 # --------------------------------------------------------------------------- the order is the signed one
