@@ -8,6 +8,7 @@ that stamps its own run and time) and attached beside the digest (pipeline/refer
 
 from __future__ import annotations
 
+import json
 import platform as host
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +223,11 @@ def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, ti
         if payload != statements.stamp_run(stmt, signed.run, signed.signed_at, _run_name(payload)):
             raise NotVerified(
                 f"{signed_path}: an envelope signs something other than the prepared {statements.kind_of(stmt['predicateType'])} statement"
+            )
+        if (named := attest.signers_of(json.loads(envelope))) != {signed.keyid}:  # the key the line below prints
+            raise NotVerified(
+                f"{signed_path}: an envelope names key {', '.join(sorted(k[:16] for k in named)) or 'none'}, not the "
+                f"answer's {signed.keyid[:16]}…: not one signer's answer"
             )
     client = registry.Registry(ref, registry.Deadline(timeout))
     done = attach_signed(client, ref.reference, stmts, signed)

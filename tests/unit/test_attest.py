@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from pipeline import attest, statements, verify
-from pipeline.errors import NotVerified, RegistryDataRefused, UsageError
+from pipeline.errors import NotVerified, PushFailed, RegistryDataRefused, UsageError
 from pipeline.records import Facts
 from pipeline.registry import parse_ref
 from pipeline.signed_statements import Provenance, Signed, TestResult, Vulns, read_statement
@@ -492,3 +492,26 @@ def test_a_signers_answer_with_bytes_outside_base64_is_refused_not_decoded_past_
     assert attest.Signatures.read({**answer, "envelopes": ["e30="]}).envelopes == [b"{}"]
     with pytest.raises(ValueError):
         attest.Signatures.read({**answer, "envelopes": ["e30=!!"]})
+
+
+def test_attach_refuses_an_answer_whose_envelopes_name_another_key_than_it_says(keypair, tmp_path):
+    """`build.py attach` prints the answer's key: every envelope must name that key, or nothing is attached
+    (refused before the registry is asked anything: the one given here does not exist)."""
+    from pipeline import signing
+    from tests.records import run_folder
+
+    digest = "sha256:" + "a" * 64
+    run_folder(tmp_path / "run", ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
+    stmts = signing.image_statements(tmp_path / "run", Subject("h/r", digest))
+    signing.write_prepared(tmp_path / "prepared", {"name": "h/r", "digest": digest}, stmts)
+    signed = attest.sign(keypair[0], stmts)
+    answer = {
+        "run": signed.run,
+        "signed_at": signed.signed_at,
+        "envelopes": [base64.b64encode(e).decode() for e in signed.envelopes],
+    }
+    ref = parse_ref(f"127.0.0.1:9/r@{digest}")
+    for keyid, said in ((signed.keyid, "cannot reach the registry"), ("f" * 64, "names key")):
+        (tmp_path / "answer.json").write_text(json.dumps({**answer, "keyid": keyid}))
+        with pytest.raises((NotVerified, PushFailed), match=said):
+            signing.attach_command(ref, tmp_path / "prepared", tmp_path / "answer.json", 5)
