@@ -9,13 +9,15 @@ them) or captured (tools whose stdout is data).
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 from pipeline.docker_env import sdk_errors
+from pipeline.errors import ValidationFailed
 from pipeline.hostprocs import step
 
 ROLE_LABEL = {"io.proven-torch.role": "validation"}
@@ -142,3 +144,15 @@ def run_in_image(client, image_id: str, command: list[str], **options: Unpack[Ru
         files=files,
         image_id=str(container.attrs.get("Image", "")),
     )
+
+
+def json_answer(done: Finished, what: str) -> Any:
+    """The JSON a tool run in the image printed on its last line; ValidationFailed, one line with the end of
+    what it printed, when it failed or printed no JSON."""
+    try:
+        if done.exit_code == 0:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        pass
+    said = " ".join((done.stdout + "\n" + done.stderr).split())[-300:]  # one line
+    raise ValidationFailed(f"{what} itself failed (exit {done.exit_code}): {said}")

@@ -223,7 +223,10 @@ def validate_image(req: Request) -> Validation:
         if failures:
             statuses.append((name, "not run"))
             continue
-        failures = stage(req, found)
+        try:
+            failures = stage(req, found)
+        except ValidationFailed as err:  # a stage's tool that failed: that stage's failure, the report written
+            failures = [str(err)]
         statuses.append((name, "fail" if failures else "pass"))
     return Validation(
         ok=not failures,

@@ -3,11 +3,11 @@ container of it, and its history (every RUN line and build argument) checked on 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from pipeline.containers import run_in_image
+from pipeline.containers import json_answer, run_in_image
+from pipeline.errors import ValidationFailed
 
 # The scanner is the image's own tool (container/hygiene_scan.py, unit-tested on a planted tree).
 SCANNER = "/opt/proven-torch/container/hygiene_scan.py"
@@ -52,9 +52,10 @@ def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 6
         timeout_s=timeout_s,
         what="the hygiene scan",
     )
-    if done.exit_code != 0:
-        return [f"the hygiene scan itself failed (exit {done.exit_code}): {(done.stdout + done.stderr)[-300:]}"]
-    findings = json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        findings = json_answer(done, "the hygiene scan")
+    except ValidationFailed as err:
+        return [str(err)]
     for entry in client.api.history(image_id):  # every RUN line and build argument
         created_by = entry.get("CreatedBy", "")
         for rule, what in _HISTORY_RULES:

@@ -4,10 +4,9 @@ its own tool, the document written on the host with cyclonedx-python-lib."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
-from pipeline.containers import run_in_image
+from pipeline.containers import json_answer, run_in_image
 from pipeline.variants import Variant
 
 # The image's own tool (container/sbom_inventory.py): pip inspect + dpkg-query, as JSON.
@@ -18,9 +17,7 @@ def read_inventory(client, image_id: str, timeout_s: float = 300) -> dict:
     done = run_in_image(
         client, image_id, [INVENTORY], entrypoint=["python3"], network=False, timeout_s=timeout_s, what="the SBOM inventory"
     )
-    if done.exit_code != 0:
-        raise RuntimeError(f"inventory failed (exit {done.exit_code}): {(done.stdout + done.stderr)[-300:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json_answer(done, "the SBOM inventory")
 
 
 def build_sbom(inventory: dict, image_name: str, image_id: str, base_suite: str) -> str:

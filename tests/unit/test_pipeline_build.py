@@ -443,3 +443,37 @@ def test_a_written_report_keeps_every_field_and_pin_of_the_committed_example(tmp
     written = json.loads((tmp_path / "report.json").read_text())
     assert set(example) <= set(written)
     assert set(example["pins"]) <= set(written["pins"])
+
+
+@pytest.mark.parametrize(
+    "exit_code, stdout, answer",
+    [(0, "progress\n[1, 2]\n", [1, 2]), (1, "[1, 2]\n", None), (0, "", None), (0, "not json\n", None), (-9, "", None)],
+)
+def test_a_tool_in_the_image_answers_json_on_its_last_line_or_one_line_of_failure(exit_code, stdout, answer):
+    from pipeline.containers import Finished, json_answer
+
+    done = Finished(exit_code, stdout, "Traceback: boom", 1.0, False)
+    if answer is not None:
+        assert json_answer(done, "the tool") == answer
+        return
+    with pytest.raises(ValidationFailed, match=rf"^the tool itself failed \(exit {exit_code}\): .*boom$"):
+        json_answer(done, "the tool")
+
+
+def test_a_stage_whose_tool_fails_is_that_stages_failure_and_the_rest_do_not_run(tmp_path, matrix, monkeypatch):
+    """A stage that raises ValidationFailed (its tool in the image failed) fails validation like a finding:
+    the next stages are "not run", and the caller writes the report (no traceback, nothing tagged)."""
+    from pipeline.target import Target
+    from pipeline.validation import gate
+
+    def broken(req, found):
+        raise ValidationFailed("the SBOM inventory itself failed (exit 1): boom")
+
+    ran = []
+    monkeypatch.setattr(
+        gate, "STAGES", (("first", lambda req, found: []), ("broken", broken), ("last", lambda *a: ran.append(1)))
+    )
+    target = Target(resolve(matrix, None), tmp_path, "proven-torch", "20261206", "2026-12-06T00:00:00Z", "abcdef0")
+    validation = gate.validate_image(gate.Request(None, "sha256:" + "0" * 64, 0, target))
+    assert not validation.ok and validation.failures == ("the SBOM inventory itself failed (exit 1): boom",)
+    assert validation.stages == (("first", "pass"), ("broken", "fail"), ("last", "not run")) and not ran
