@@ -70,8 +70,7 @@ def read_side(text: str, keys: list[Path], policy: verify.Policy, timeout: float
     """The manifest (the platform's child of an index), then verify's judgement of the same reference."""
     client, ref, (body, media, digest) = registry.open_image(text, timeout)
     if media in registry.INDEXES:
-        listed = registry.descriptors(registry.as_dict(body, str(ref)).get("manifests"), str(ref))
-        child = next((d for d in listed if _platform(d) == platform), None)
+        child = next((d for name, d in registry.index_images(body, str(ref)) if name == platform), None)
         if child is None:
             raise NotVerified(f"{ref}: the index has no {platform} image (--platform picks another)")
         found = client.manifest(child["digest"])
@@ -86,11 +85,6 @@ def read_side(text: str, keys: list[Path], policy: verify.Policy, timeout: float
         return Side(str(ref), digest, sizes, None, str(err))
     image = next((i for i in record["images"] if i["digest"] == digest or i.get("platform") == platform), record["images"][0])
     return Side(str(ref), digest, sizes, image)
-
-
-def _platform(descriptor: dict) -> str:
-    p = descriptor.get("platform")
-    return f"{p.get('os')}/{p.get('architecture')}" if isinstance(p, dict) else "unknown/unknown"
 
 
 # --------------------------------------------------------------------------- comparing (pure)

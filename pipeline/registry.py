@@ -232,6 +232,17 @@ def descriptors(value: Any, what: str) -> list[dict]:
     return value
 
 
+def index_images(body: bytes, what: str) -> list[tuple[str, dict]]:
+    """An index's images, each with its platform ("os/architecture", "None/None" where it names none): every
+    child but BuildKit's attestation manifests (platform unknown/unknown), which are not images. The one rule
+    sign, verify and diff read an index by."""
+    named = []
+    for child in descriptors(as_dict(body, what).get("manifests"), what):
+        platform = child["platform"] if isinstance(child.get("platform"), dict) else {}
+        named.append((f"{platform.get('os')}/{platform.get('architecture')}", child))
+    return [(name, child) for name, child in named if name != "unknown/unknown"]
+
+
 def _docker_login(host: str) -> tuple[str, str] | None:
     """user and password from ~/.docker/config.json's `auths` (what `docker login` writes without a helper)."""
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"

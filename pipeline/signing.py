@@ -178,11 +178,7 @@ def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, t
     found = client.manifest(ref.reference)
     if found is None or found[1] not in registry.INDEXES:
         raise UsageError(f"{ref}: the registry has no index by that digest")
-    listed = {
-        d["digest"]
-        for d in registry.descriptors(registry.as_dict(found[0], str(ref)).get("manifests"), str(ref))
-        if (d.get("platform") or {}).get("architecture") not in (None, "unknown")
-    }
+    listed = {child["digest"] for _, child in registry.index_images(found[0], str(ref))}
     about = []
     for child in children:
         subject = load(child / "subject.json", "child's subject")

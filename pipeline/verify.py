@@ -326,13 +326,8 @@ def verify(
         runset = checker.signed_statements(digest, INDEX_KINDS, label)
         checker.judge(runset, label, ref, index=True)
         record["index"] = summary(digest, runset)
-        listed = registry.descriptors(registry.as_dict(body, f"{ref}'s index").get("manifests"), f"{ref}'s index")
         vouched = set(runset["test-result"].vouched)
-        for child in listed:
-            platform = child["platform"] if isinstance(child.get("platform"), dict) else {}
-            name = f"{platform.get('os')}/{platform.get('architecture')}"
-            if name == "unknown/unknown":  # BuildKit's attestation manifests are not images
-                continue
+        for name, child in registry.index_images(body, f"{ref}'s index"):
             child_found = client.manifest(child["digest"])
             if child_found is None:
                 raise NotVerified(f"{ref}: the index names {name} {child['digest'][:19]}…, which the registry does not have")

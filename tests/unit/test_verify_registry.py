@@ -450,3 +450,25 @@ def test_a_config_whose_labels_are_not_an_object_stamps_no_validation_hash(serve
     )
     found = registered(registry.Registry(registry.parse_ref(f"{server.host}/{REPO}@{digest}")), digest)
     assert (found.config, found.validation_sha256) == (blob, None)
+
+
+def test_an_index_is_read_by_one_rule_attestations_left_out_a_child_without_a_platform_kept():
+    """sign, verify and diff list an index's images alike: BuildKit's attestation manifests are not images; a
+    child that names no platform is one (verify must find it vouched for, sign must have it prepared)."""
+    d = {c: "sha256:" + c * 64 for c in "abcd"}
+    body = {
+        "manifests": [
+            {"digest": d["a"], "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": d["b"], "platform": {"os": "unknown", "architecture": "unknown"}},
+            {"digest": d["c"]},
+            {"digest": d["d"], "platform": {"os": "linux", "architecture": "amd64"}},
+        ]
+    }
+    listed = registry.index_images(json.dumps(body).encode(), "an index")
+    assert [(name, child["digest"]) for name, child in listed] == [
+        ("linux/amd64", d["a"]),
+        ("None/None", d["c"]),
+        ("linux/amd64", d["d"]),
+    ]
+    with pytest.raises(RegistryDataRefused, match="does not list descriptors"):
+        registry.index_images(json.dumps({"manifests": [{"digest": "sha256:short"}]}).encode(), "an index")
