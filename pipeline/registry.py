@@ -489,7 +489,9 @@ class Registry:
                 return {"digest": digest, "size": len(data)}
         with self.request("POST", "blobs/uploads/") as start:
             start.raise_for_status()
-            location = start.headers["Location"]
+            location = start.headers.get("Location", "")
+        if not location:
+            raise RegistryDataRefused("the registry started an upload but named no Location to send it to")
         if location.startswith("/"):
             location = self.ref.base.rsplit("/v2", 1)[0] + location
         if _netloc(location) != self.own:

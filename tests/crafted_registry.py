@@ -32,7 +32,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    do_GET = do_HEAD = do_PUT = answer  # noqa: N815
+    do_GET = do_HEAD = do_PUT = do_POST = answer  # noqa: N815
 
     def log_message(self, *args):
         pass

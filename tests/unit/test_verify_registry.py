@@ -472,3 +472,14 @@ def test_an_index_is_read_by_one_rule_attestations_left_out_a_child_without_a_pl
     ]
     with pytest.raises(RegistryDataRefused, match="does not list descriptors"):
         registry.index_images(json.dumps({"manifests": [{"digest": "sha256:short"}]}).encode(), "an index")
+
+
+@pytest.mark.parametrize("location", [None, "http://elsewhere.example/v2/proven/blobs/uploads/1"])
+def test_an_upload_the_registry_sends_nowhere_or_to_another_host_is_refused_in_one_line(server, location):
+    """Attaching a signed statement uploads blobs: an upload answer without a Location, or one sending the
+    bytes to another host, is refused (registry data refused), never a traceback, never sent."""
+    server.put("blobs/uploads/", b"", status=202, **({"Location": location} if location else {}))
+    client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:x"))
+    with pytest.raises(RegistryDataRefused, match="named no Location|another host"):
+        client.upload(b"{}")
+    assert not [seen for seen in server.seen if seen[0] == "PUT"]
