@@ -219,9 +219,9 @@ def pypi_requires(package: str) -> tuple[str, list[str]] | None:
         )
         resp.raise_for_status()
         info = resp.json()["info"]
-    except (requests.RequestException, ValueError, KeyError):
+        return str(info["version"]), [str(r) for r in info.get("requires_dist") or []]
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):  # an answer of another shape
         return None
-    return info["version"], list(info.get("requires_dist") or [])
 
 
 def override_news(override, newest: tuple[str, list[str]] | None) -> str:

@@ -161,3 +161,31 @@ def test_a_multi_arch_lines_architectures_pin_the_same_versions(matrix):
         left_out = set(variant.left_out(variant.platforms[1]))
         assert amd64 and set(amd64) - set(arm64) == left_out, variant.name
         assert {k: v for k, v in amd64.items() if k not in left_out} == arm64, variant.name
+
+
+@pytest.mark.parametrize(
+    "answer, read",
+    [
+        ({"info": {"version": "1.2", "requires_dist": ["a>=1"]}}, ("1.2", ["a>=1"])),
+        ({"info": {"version": "1.2", "requires_dist": None}}, ("1.2", [])),
+        ({"info": {"requires_dist": []}}, None),
+        ({"info": "1.2"}, None),
+        (["info"], None),
+    ],
+)
+def test_pypis_answer_of_another_shape_is_could_not_ask_not_a_traceback(monkeypatch, answer, read):
+    """`build.py lock` asks PyPI whether an [overrides] entry is still needed: an answer it cannot read is
+    "could not ask PyPI", never a traceback."""
+    import requests
+
+    from pipeline.lock import pypi_requires
+
+    class Answer:
+        def raise_for_status(self):
+            pass
+
+        def json(self):
+            return answer
+
+    monkeypatch.setattr(requests, "get", lambda *args, **kwargs: Answer())
+    assert pypi_requires("torch") == read
