@@ -256,40 +256,52 @@ class Verifier:
 
     def judge_rollback(self, image: dict, ref: registry.ImageRef) -> None:
         """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
-        line, architecture and torch build with a later date names another digest whose statements verify and
+        line, flavor, architecture and torch build with a later date names another digest whose statements verify and
         were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
         tag is bounded by --max-age."""
-        own = IMMUTABLE.match(image["provenance"]["tags"][0]) if image["provenance"]["tags"] else None
-        if own is None or ref.reference == own.string:
-            return  # asked by its immutable tag, or a provenance without one: nothing newer to compare with
-        newer = sorted(
-            (m for m in map(IMMUTABLE.match, self.client.tags()) if m and m["stem"] == own["stem"] and m["arch"] == own["arch"]),
-            key=lambda m: m["date"],
-            reverse=True,
-        )
-        for match in [m for m in newer if m["date"] >= own["date"] and m.string != own.string][:NEWER_CHECKED]:
-            found = self.client.manifest(match.string)
+        own = image["provenance"]["tags"][0] if image["provenance"]["tags"] else ""
+        if ref.reference == own:
+            return  # asked by its immutable tag: nothing newer to compare with
+        for tag in newer_builds(own, self.client.tags()):
+            found = self.client.manifest(tag)
             if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
                 continue
             try:
-                other = self.check_image(found[2], found[0], f"{ref} (newer {match.string})", None)
+                other = self.check_image(found[2], found[0], f"{ref} (newer {tag})", None)
             except NotVerified:
                 continue  # not a newer *signed* build
-            if signed_time(other) > signed_time(image):
+            if other["signed_at"] > image["signed_at"]:  # TIME_FORMAT is fixed-width UTC: as text, as in time
                 raise NotVerified(
-                    f"{ref}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {match.string} names a newer "
+                    f"{ref}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {tag} names a newer "
                     f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
                     "pull by the newer tag, or ask by digest if the older one is wanted"
                 )
 
 
-def signed_time(image: dict) -> dt.datetime:
-    """When a verified image's run was signed (its summary's `signed_at`), as a time, not as text."""
-    return dt.datetime.strptime(image["signed_at"], TIME_FORMAT)
-
-
-IMMUTABLE = re.compile(r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)(?P<arch>-(?:amd64|arm64))?$")
+# An immutable tag (stamp.compute_tags): torch, CUDA and Python, date, revision, a flavor's name, and a
+# multi-arch line's architecture (push.arch_tag); the flavor never ends the tag in an architecture's name.
+IMMUTABLE = re.compile(
+    r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)"
+    r"(?P<flavor>-(?!(?:amd64|arm64)$)[a-z][a-z0-9]*)?(?P<arch>-(?:amd64|arm64))?$"
+)
 NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
+
+
+def newer_builds(own: str, tags: list[str]) -> list[str]:
+    """The immutable tags of `own`'s line (its torch build, flavor and architecture) dated no earlier than it,
+    newest first, at most NEWER_CHECKED; none when `own` is not an immutable tag."""
+    mine = IMMUTABLE.match(own)
+    if mine is None:
+        return []
+    same = [
+        m
+        for m in map(IMMUTABLE.match, tags)
+        if m
+        and (m["stem"], m["flavor"], m["arch"]) == (mine["stem"], mine["flavor"], mine["arch"])
+        and m["date"] >= mine["date"]
+        and m.string != own
+    ]
+    return [m.string for m in sorted(same, key=lambda m: m["date"], reverse=True)][:NEWER_CHECKED]
 
 
 def verify(

@@ -483,3 +483,25 @@ def test_an_upload_the_registry_sends_nowhere_or_to_another_host_is_refused_in_o
     with pytest.raises(RegistryDataRefused, match="named no Location|another host"):
         client.upload(b"{}")
     assert not [seen for seen in server.seen if seen[0] == "PUT"]
+
+
+def test_the_rollback_check_compares_a_tag_with_the_newer_builds_of_its_own_line_flavor_and_architecture():
+    """verify's rollback check reads the registry's tag list: the newer immutable tags of the same torch build,
+    flavor and architecture are the ones compared, newest first; a flavor's tags are not its base's."""
+    stem = "0.1.0-cu100-py3.0"
+    tags = [
+        f"{stem}-20261201-aaaaaaa",
+        f"{stem}-20261203-ccccccc",
+        f"{stem}-20261205-bbbbbbb-dirty",
+        f"{stem}-20261205-ddddddd-rlhf",
+        f"{stem}-20261207-eeeeeee-rlhf-arm64",
+        f"{stem}-20261209-fffffff-arm64",
+        f"{stem}-20261130-0000000-rlhf",
+        "0.1-cu100",
+        "latest",
+    ]
+    assert verify.newer_builds(f"{stem}-20261201-aaaaaaa", tags) == [f"{stem}-20261205-bbbbbbb-dirty", f"{stem}-20261203-ccccccc"]
+    assert verify.newer_builds(f"{stem}-20261201-1111111-rlhf", tags) == [f"{stem}-20261205-ddddddd-rlhf"]
+    assert verify.newer_builds(f"{stem}-20261201-1111111-rlhf-arm64", tags) == [f"{stem}-20261207-eeeeeee-rlhf-arm64"]
+    assert verify.newer_builds(f"{stem}-20261201-1111111-arm64", tags) == [f"{stem}-20261209-fffffff-arm64"]
+    assert verify.newer_builds("0.1-cu100", tags) == []
