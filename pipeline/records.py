@@ -290,11 +290,12 @@ class Ran:
 @dataclass(frozen=True)
 class Registered:
     """What the registry holds for a pushed digest, as content-addressed data: its config's digest (the image
-    ID) and the hash of validation.json that the build stamped into that config as a label."""
+    ID), and what the build stamped into that config as labels: validation.json's hash, the immutable tag."""
 
     digest: str
     config: str
     validation_sha256: str | None
+    version: str | None = None
 
 
 def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require_gpu: bool) -> None:

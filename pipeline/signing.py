@@ -19,9 +19,10 @@ from common.cli import atomic_write
 from pipeline import attest, push, referrers, registry, statements
 from pipeline.build_image import SOURCE
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
-from pipeline.labels import VALIDATION_SHA256
+from pipeline.labels import VALIDATION_SHA256, VERSION
 from pipeline.records import FACTS, VALIDATION, Facts, Proof, Registered, Report, bind, load, write
 from pipeline.statements import Subject, statement
+from pipeline.variants import Variant, load_matrix
 
 # --------------------------------------------------------------------------- what is signed
 
@@ -120,8 +121,28 @@ def registered(client: registry.Registry, digest: str) -> Registered:
     config = registry.config_digest(found[0], what)
     image = registry.as_dict(client.blob(config, registry.MAX_MANIFEST), f"{what}: its config").get("config")
     labels = image.get("Labels") if isinstance(image, dict) else None
-    stamped = labels.get(VALIDATION_SHA256) if isinstance(labels, dict) else None
-    return Registered(digest, config, stamped if isinstance(stamped, str) else None)
+    stamped = {k: labels.get(k) for k in (VALIDATION_SHA256, VERSION)} if isinstance(labels, dict) else {}
+    text = {k: v if isinstance(v, str) else None for k, v in stamped.items()}
+    return Registered(digest, config, text.get(VALIDATION_SHA256), text.get(VERSION))
+
+
+def check_tags(pushed: Registered, facts: Facts, line: Variant, facts_path: Path) -> None:
+    """The tags the signed provenance will name, and `verify` accept the image under: the immutable tag first,
+    the one the registry's image is stamped with, then only the line's moving tags (each also in its zstd and
+    per-architecture forms). Refused otherwise: an edited facts.json would put the proven image under
+    another line's tag."""
+    plain = [push.plain_tag(tag.removesuffix(push.ZSTD_SUFFIX)) for tag in facts.tags]
+    if not plain or pushed.version is None or plain[0] != pushed.version:
+        raise NotVerified(
+            f"sign refused: {facts_path} names {plain[0] if plain else 'no tag'} first, but {pushed.digest[:19]}… is "
+            f"stamped {pushed.version or 'with no version'}: an edited or foreign record"
+        )
+    other = sorted({tag for tag in plain if tag not in (pushed.version, *line.moving_tags)})
+    if other:
+        raise NotVerified(
+            f"sign refused: {facts_path} names {', '.join(other)}, not tags of line {line.name} "
+            f"({pushed.version}, {', '.join(line.moving_tags)}): an edited record"
+        )
 
 
 def sign_command(req: SignRequest) -> list[str]:
@@ -140,6 +161,7 @@ def sign_command(req: SignRequest) -> list[str]:
     except RegistryDataRefused as err:
         raise UsageError(f"{ref}: {err}") from None
     bind(pushed, report, facts, proof, req.require_gpu)
+    check_tags(pushed, facts, load_matrix().line(report.line), report.folder / FACTS)
     if req.key is not None:
         attest.check_key(req.key)
     validation = load(report.folder / VALIDATION, "validation record")

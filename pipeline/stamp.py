@@ -15,7 +15,7 @@ from pipeline.errors import ValidationFailed
 from pipeline.records import VALIDATION
 from pipeline.target import Tagged, Target, Validation
 from pipeline.validation import gate
-from pipeline.variants import Variant, cuda_tag, variant_name
+from pipeline.variants import Variant, cuda_tag
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -42,7 +42,7 @@ def compute_tags(variant: Variant, smoke_report: dict, date: str, revision: str)
         )
     flavor = f"-{variant.flavor}" if variant.flavored else ""  # a flavor's tags end in its name
     immutable = f"{torch}-{cuda_tag(cuda)}-py{python}-{date}-{revision}{flavor}"
-    moving = [variant_name(torch, cuda) + flavor] + (["latest"] if variant.is_default else [])  # the line's name
+    moving = variant.moving_tags  # the pins held: the line's name is what the image reports
     for tag in [immutable, *moving]:
         if not _TAG.match(tag):
             raise ValidationFailed(f"computed tag {tag!r} is not a valid Docker tag")

@@ -105,6 +105,11 @@ class Variant:
         return self.flavor != BASE
 
     @property
+    def moving_tags(self) -> list[str]:
+        """The tags that move to each new validated build: the line's name; the default base line's, `latest` too."""
+        return [self.name] + (["latest"] if self.is_default else [])
+
+    @property
     def torch_minor(self) -> str:
         return ".".join(self.torch.split(".")[:2])
 

@@ -114,11 +114,12 @@ def validation_files(
     return record
 
 
-def stamp_label(folder: Path) -> dict[str, str]:
-    """The label a validated image is stamped with: its validation.json's hash (pipeline/stamp.py)."""
-    from pipeline.labels import VALIDATION_SHA256
+def stamp_label(folder: Path, version: str) -> dict[str, str]:
+    """The labels `build.py sign` reads from a validated image's config (pipeline/stamp.py stamps them): its
+    validation.json's hash and its immutable tag, `version` (the tag without an architecture)."""
+    from pipeline.labels import VALIDATION_SHA256, VERSION
 
-    return {VALIDATION_SHA256: hashlib.sha256((folder / "validation.json").read_bytes()).hexdigest()}
+    return {VALIDATION_SHA256: hashlib.sha256((folder / "validation.json").read_bytes()).hexdigest(), VERSION: version}
 
 
 def run_folder(

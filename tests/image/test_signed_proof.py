@@ -3,7 +3,7 @@
 The session's pipeline run pushes the default image signed with an encrypted key
 (conftest.pipeline_run): `build.py verify` passes on it by tag and by digest and shows its
 figures. Tampering is tried on tiny images (tests/image/tiny_images.py) signed through the same
-code (signing.image_statements from a report folder, publish.sign_digest): one byte changed,
+code (signing.image_statements from a report folder, signing.sign_digest): one byte changed,
 statements copied to another digest, the wrong key, an unsigned image, a foreign image under a
 proven tag, a proof of another image, a proven image moved under another line's tag, a proof past
 --max-age, ten re-signs, the release's failed-GPU-proof path (nothing signed, the digest
@@ -358,7 +358,7 @@ def release_build(tiny, tmp_path, name: str):
     """What the release's build job leaves: the digest pushed under its immutable tag only, unsigned, its report,
     and the image ID a later proof of it runs in (the digest's config)."""
     validation_files(tmp_path / name)  # first: the image carries its hash, as stamping leaves it
-    image_id, digest, ref = tiny(name, labels=stamp_label(tmp_path / name))
+    image_id, digest, ref = tiny(name, labels=stamp_label(tmp_path / name, f"{name}-{RUN}"))
     report = run_folder(tmp_path / name, ref=REF, digest=digest, image_id=image_id, tags=(ref.rsplit(":", 1)[1],))
     return digest, ref, report, image_id
 
@@ -475,8 +475,13 @@ def test_a_validation_record_or_sbom_edited_after_stamping_is_refused(sign_keys,
     (folder / "validation.json").write_text(json.dumps(record))
     refused(sign_cli(sign_keys, digest, report), 1, "is not the validation record", "was stamped with")
     (folder / "validation.json").write_text(original)
+    sbom = (folder / "sbom.cdx.json").read_bytes()
     (folder / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
     refused(sign_cli(sign_keys, digest, report), 1, "is not the SBOM the stamped validation record names")
+    (folder / "sbom.cdx.json").write_bytes(sbom)
+    facts = json.loads((folder / "facts.json").read_text())  # another line's moving tag added to the run's facts
+    (folder / "facts.json").write_text(json.dumps({**facts, "tags": [*facts["tags"], "0.1-cu100"]}))
+    refused(sign_cli(sign_keys, digest, report), 1, "names 0.1-cu100, not tags of line", "an edited record")
     assert listed(digest) == []
 
 
@@ -568,9 +573,10 @@ def test_prove_sh_records_the_image_its_proof_ran_in_and_that_binds_the_signatur
     (context / "proof.json").write_text(json.dumps(proof_record(gpu=True)))
     base = matrix.base_image_for(AMD64)
     validation_files(tmp_path / "run")  # the record its stamp label names, written before the image is built
-    ((label, value),) = stamp_label(tmp_path / "run").items()
+    tag = f"prove-sh-{RUN}"
+    labels = " ".join(f'{label}="{value}"' for label, value in stamp_label(tmp_path / "run", tag).items())
     (context / "Dockerfile").write_text(
-        f'FROM {base}\nCOPY --chmod=755 proof /usr/local/bin/proof\nCOPY proof.json /\nLABEL {label}="{value}"\n'
+        f"FROM {base}\nCOPY --chmod=755 proof /usr/local/bin/proof\nCOPY proof.json /\nLABEL {labels}\n"
     )
     cli_ = find_build_cli()
     iid = tmp_path / "iid"
@@ -578,7 +584,6 @@ def test_prove_sh_records_the_image_its_proof_ran_in_and_that_binds_the_signatur
         [*cli_.argv, "-q", "--iidfile", str(iid), str(context)], env=cli_.environ(), check=True, capture_output=True, timeout=300
     )
     image_id = iid.read_text().strip()
-    tag = f"prove-sh-{RUN}"
     push.tag_image(docker, image_id, REF, [tag])
     digest = push.push_tag(docker, image_id, REF, tag)
     try:
@@ -608,7 +613,9 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
     for platform in (AMD64, ARM64):
         tag = push.arch_tag(f"rel-{RUN}", platform)
         validation_files(tmp_path / arch(platform), platform=platform)
-        image_id, digest, _ = tiny("rel-line", platform=platform, tag=tag, labels=stamp_label(tmp_path / arch(platform)))
+        image_id, digest, _ = tiny(
+            "rel-line", platform=platform, tag=tag, labels=stamp_label(tmp_path / arch(platform), f"rel-{RUN}")
+        )
         report = run_folder(tmp_path / arch(platform), ref=REF, digest=digest, image_id=image_id, platform=platform, tags=(tag,))
         folder = tmp_path / f"prepared-{arch(platform)}"
         done = sign_cli(sign_keys, digest, report, "--prepare", str(folder))  # signs the child and prepares it

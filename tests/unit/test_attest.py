@@ -515,3 +515,37 @@ def test_attach_refuses_an_answer_whose_envelopes_name_another_key_than_it_says(
         (tmp_path / "answer.json").write_text(json.dumps({**answer, "keyid": keyid}))
         with pytest.raises((NotVerified, PushFailed), match=said):
             signing.attach_command(ref, tmp_path / "prepared", tmp_path / "answer.json", 5)
+
+
+def test_sign_names_only_the_stamped_immutable_tag_and_the_lines_moving_tags(matrix, tmp_path):
+    """`build.py sign` puts facts.json's tags into the signed provenance, which `verify` accepts the image under:
+    the immutable tag first, as the registry's config is stamped; then only the line's own moving tags, in
+    their zstd and per-architecture forms too. Another line's tag, or `latest` on a line that does not move
+    it, is refused."""
+    from pipeline.records import Registered
+    from pipeline.signing import check_tags
+    from tests.records import run_folder
+
+    line = next(v for v in matrix.variants if v.is_default)
+    other = next(v for v in matrix.variants if not v.is_default)
+    pushed = Registered("sha256:" + "a" * 64, "sha256:" + "b" * 64, None, "imm-20261206-abcdef0")
+    path = tmp_path / "facts.json"
+
+    def facts(name: str, *tags: str) -> Facts:
+        run_folder(tmp_path / name, ref="h/r", digest=pushed.digest, image_id=pushed.config, tags=tags, line=line.name)
+        return Facts.load(tmp_path / name / "facts.json")
+
+    whole = (pushed.version, f"{pushed.version}-zstd", *line.moving_tags, *(f"{t}-zstd" for t in line.moving_tags))
+    check_tags(pushed, facts("whole", *whole), line, path)
+    check_tags(pushed, facts("arch", f"{pushed.version}-arm64", f"{line.name}-arm64-zstd"), line, path)
+    for tags, said in (
+        ((pushed.version, other.name), f"names {other.name}, not tags of line {line.name}"),
+        ((line.name, pushed.version), f"names {line.name} first"),
+        (("imm-20261207-abcdef0",), "names imm-20261207-abcdef0 first"),
+    ):
+        with pytest.raises(NotVerified, match=said):
+            check_tags(pushed, facts("refused", *tags), line, path)
+    with pytest.raises(NotVerified, match="names latest, not tags of line"):
+        check_tags(pushed, facts("latest", pushed.version, "latest"), other, path)
+    with pytest.raises(NotVerified, match="stamped with no version"):
+        check_tags(Registered(pushed.digest, pushed.config, None), facts("unstamped", pushed.version), line, path)
