@@ -37,6 +37,7 @@ def gather(client, build_cli: str, command: list[str], commit: str, started: str
         "builder": build_cli,
         "components": {c.get("Name"): c.get("Version") for c in version.get("Components", [])},
         "python": host.python_version(),
+        "host": {"machine": host.machine(), "system": host.platform()},  # the build host (the benchmark's `host`)
     }
     invocation = f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
     return RunFacts(command=command, commit=commit, started=started, invocation=invocation, tools=tools)

@@ -9,7 +9,6 @@ that stamps its own run and time) and attached beside the digest (pipeline/refer
 from __future__ import annotations
 
 import json
-import platform as host
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +41,12 @@ def image_statements(folder: Path, subject: Subject, validation: dict | None = N
         *locks,
     ]
     audit = validation.get("audit") or {}
-    host_facts = {"machine": host.machine(), "system": host.platform()}
+    built_on = facts.tools.get("host") or {"machine": "unknown", "system": "unknown"}  # where gather ran, not this signer
     return [
         statement("provenance", subject, statements.provenance_predicate(facts, facts.platform, list(facts.tags), deps, SOURCE)),
         statement("sbom", subject, sbom),
         statement("test-result", subject, statements.test_result_predicate(validation, image_id, configuration, facts.flavor)),
-        statement("benchmark", subject, statements.benchmark_predicate(validation, host_facts)),
+        statement("benchmark", subject, statements.benchmark_predicate(validation, built_on)),
         statement("vulns", subject, statements.vulns_predicate(audit, facts.commit)),
         statement("vex", subject, statements.vex_predicate(audit, f"{subject.name}@{subject.digest}", SOURCE, statements.now())),
     ]

@@ -57,3 +57,21 @@ def test_a_per_architecture_tag_names_its_index_tag():
         "abc1234"
     )
     assert plain_tag("2.9-cu128") == "2.9-cu128"
+
+
+def test_the_signed_benchmarks_host_is_the_build_host_the_run_recorded_not_the_signers(tmp_path):
+    """`build.py sign` may run on another machine (the release's prepare job): the benchmark's `host` is the one
+    the build's run facts recorded (run_facts.gather), said "unknown" where they recorded none."""
+    import json
+
+    from pipeline.signing import image_statements
+
+    digest = "sha256:" + "a" * 64
+    records.run_folder(tmp_path, ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
+    bench = next(s for s in image_statements(tmp_path, Subject("h/r", digest)) if s["predicateType"] == PREDICATES["benchmark"])
+    assert bench["predicate"]["host"] == {"machine": "unknown", "system": "unknown"}
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    facts["tools"]["host"] = {"machine": "riscv64", "system": "Linux-on-the-build-host"}
+    (tmp_path / "facts.json").write_text(json.dumps(facts))
+    bench = next(s for s in image_statements(tmp_path, Subject("h/r", digest)) if s["predicateType"] == PREDICATES["benchmark"])
+    assert bench["predicate"]["host"] == {"machine": "riscv64", "system": "Linux-on-the-build-host"}
