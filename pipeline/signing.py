@@ -241,14 +241,17 @@ def attach_command(ref: registry.ImageRef, prepared: Path, signed_path: Path, ti
             raise NotVerified(
                 f"{signed_path}: an envelope signs something other than the prepared {statements.kind_of(stmt['predicateType'])} statement"
             )
-        if (named := attest.signers_of(json.loads(envelope))) != {signed.keyid}:  # the key the line below prints
+        if (named := attest.signers_of(json.loads(envelope))) != {signed.keyid}:  # one key named, the one printed below
             raise NotVerified(
                 f"{signed_path}: an envelope names key {', '.join(sorted(k[:16] for k in named)) or 'none'}, not the "
                 f"answer's {signed.keyid[:16]}…: not one signer's answer"
             )
     client = registry.Registry(ref, registry.Deadline(timeout))
     done = attach_signed(client, ref.reference, stmts, signed)
-    return [f"==> {ref}: {len(stmts)} statements attached (run {done['run']}, {done['signed_at']}, key {done['keyid'][:16]}…)"]
+    return [
+        f"==> {ref}: {len(stmts)} statements attached (run {done['run']}, {done['signed_at']}), their envelopes naming key "
+        f"{done['keyid'][:16]}… (unchecked here: `build.py verify --key` checks the signatures)"
+    ]
 
 
 def _run_name(stmt: dict) -> str | None:
