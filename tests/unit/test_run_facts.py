@@ -5,6 +5,7 @@ whole build and push."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 
 import pytest
@@ -43,4 +44,6 @@ def test_git_commit_is_the_full_commit_marked_dirty_by_tracked_changes():
     changed = subprocess.run(
         ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
     )
-    assert git_commit() == head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
+    commit = git_commit()
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit), commit
+    assert commit == head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
