@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,3 +29,16 @@ def test_hadolint_clean(name):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", sorted({dockerfile_path(v).name for v in load_matrix().every_variant()}))
+def test_every_apt_step_cleans_up_as_the_template_does(name):
+    """hadolint's DL3009 (delete apt's lists) is off because APT_CLEAN deletes them its own way (keeping a base
+    image's lock and partial/): this holds its place, every RUN that runs `apt-get update` ends with it."""
+    from pipeline.render import APT_CLEAN
+
+    text = (REPO_ROOT / name).read_text()
+    steps = [step for step in re.split(r"\n(?=[A-Z]+ )", text) if step.startswith("RUN ") and "apt-get update" in step]
+    flavor = "-" in name.removeprefix("Dockerfile.")  # a flavor's file installs with pip only
+    assert steps or flavor, f"{name} has no apt step: the test reads the wrong file"
+    assert [step for step in steps if APT_CLEAN not in step] == []
