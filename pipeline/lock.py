@@ -219,9 +219,12 @@ def pypi_requires(package: str) -> tuple[str, list[str]] | None:
         )
         resp.raise_for_status()
         info = resp.json()["info"]
-        return str(info["version"]), [str(r) for r in info.get("requires_dist") or []]
+        version, requires = info["version"], info.get("requires_dist") or []
     except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):  # an answer of another shape
         return None
+    if not isinstance(version, str) or not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        return None
+    return version, requires
 
 
 def override_news(override, newest: tuple[str, list[str]] | None) -> str:

@@ -171,6 +171,9 @@ def test_a_multi_arch_lines_architectures_pin_the_same_versions(matrix):
         ({"info": {"requires_dist": []}}, None),
         ({"info": "1.2"}, None),
         (["info"], None),
+        ({"info": {"version": "2.0", "requires_dist": "numpy<2"}}, None),
+        ({"info": {"version": None, "requires_dist": []}}, None),
+        ({"info": {"version": "2.0", "requires_dist": [{"numpy": "<2"}]}}, None),
     ],
 )
 def test_pypis_answer_of_another_shape_is_could_not_ask_not_a_traceback(monkeypatch, answer, read):
