@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 from pipeline.containers import json_answer, run_in_image
-from pipeline.errors import ValidationFailed
 
 # The scanner is the image's own tool (container/hygiene_scan.py, unit-tested on a planted tree).
 SCANNER = "/opt/proven-torch/container/hygiene_scan.py"
@@ -40,7 +39,7 @@ def ca_markers(ca_cert: Path | None) -> list[str]:
 
 
 def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 600) -> list[str]:
-    """Every finding, one line each (empty list: clean)."""
+    """Every finding, one line each (empty list: clean); ValidationFailed when the scan itself failed."""
     markers = [f"--ca-marker={m}" for m in ca_markers(ca_cert)]
     done = run_in_image(
         client,
@@ -52,10 +51,7 @@ def scan_image(client, image_id: str, ca_cert: Path | None, timeout_s: float = 6
         timeout_s=timeout_s,
         what="the hygiene scan",
     )
-    try:
-        findings = json_answer(done, "the hygiene scan")
-    except ValidationFailed as err:
-        return [str(err)]
+    findings = json_answer(done, "the hygiene scan")  # a scan that failed fails its stage (gate.validate_image)
     for entry in client.api.history(image_id):  # every RUN line and build argument
         created_by = entry.get("CreatedBy", "")
         for rule, what in _HISTORY_RULES:
