@@ -15,7 +15,7 @@ from pathlib import Path
 from common.deadlines import DEADLINES
 from common.rules import advisory_age, carried_text
 from pipeline.errors import PipelineError, UsageError
-from pipeline.variants import Matrix, Variant, arch
+from pipeline.variants import Matrix, Variant, arch, pypi_alternatives
 
 
 def carried_advisories(matrix: Matrix) -> dict[str, dict]:
@@ -233,8 +233,7 @@ def probe(matrix: Matrix, ca_cert: Path | None) -> dict[str, Here]:
         elif (unreachable := reach.get(v.index)) is not None:
             why = f"its wheel index {v.index} is unreachable from this host ({unreachable})"
             fix = "the release workflow builds it (.github/workflows/release.yml), or a host that reaches the index; "
-            pypi = [o.name for o in matrix.variants if o.cuda == v.cuda and o.uses_pypi]
-            fix += f"from PyPI alone: {', '.join(pypi)}" if pypi else "no line of this CUDA version builds from PyPI alone"
+            fix += pypi_alternatives(matrix, v)  # as the build's own refusal says it
         elif all(w.startswith("no") for w in platforms.values()):
             why, fix = "no platform of it runs here", "run `sudo bash scripts/prepare-host.sh --arm64`"
         else:
