@@ -20,7 +20,7 @@ from common.deadlines import DEADLINES
 from pipeline import hostprocs, rebuild_config
 from pipeline.docker_env import BuildCli
 from pipeline.errors import BuildFailed, UsageError
-from pipeline.render import build_arg, dockerfile_path, stale_files
+from pipeline.render import PIP_CA_ID, build_arg, dockerfile_path, stale_files
 from pipeline.validation import audit
 from pipeline.variants import AMD64, REPO_ROOT, Matrix, Variant, arch, pypi_alternatives
 
@@ -79,7 +79,7 @@ def build_command(cli: BuildCli, build: Build, iidfile: Path) -> list[str]:
     for key, value in {**build_arg(build.variant), **build.args}.items():  # TORCH picks the line in its CUDA line's file
         argv += ["--build-arg", f"{key}={value}"]
     if build.ca_cert is not None:
-        argv += ["--secret", f"id=pip_ca,src={build.ca_cert}"]
+        argv += ["--secret", f"id={PIP_CA_ID},src={build.ca_cert}"]
     argv.append(str(build.context))
     return argv
 

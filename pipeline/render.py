@@ -42,7 +42,8 @@ APT_CLEAN = (
 )
 
 
-PIP_CA = "/run/secrets/pip_ca"  # where BuildKit mounts the secret id=pip_ca (pipeline/build_image.py passes it)
+PIP_CA_ID = "pip_ca"  # the proxy CA's BuildKit secret (pipeline/build_image.py passes it as --secret id=...)
+PIP_CA = f"/run/secrets/{PIP_CA_ID}"  # where BuildKit mounts it
 # Debian's pip wheel, run from the wheel with the venv's Python (pip's own way to bootstrap): the pip of
 # the layers that come before the lock's pip is installed (Dockerfile.template says why).
 WHEEL_PIP = 'python3 "$(echo /usr/share/python-wheels/pip-*.whl)/pip"'
@@ -52,7 +53,7 @@ def _pip_run(matrix: Matrix, pip_args: str, lock: tuple[str, ...] = (), pip: str
     """One RUN that installs with pip, the proxy CA mounted as a secret for it alone (an empty file
     without --ca-cert), the lock file's mounts `lock`, /tmp a tmpfs (the user cannot set its time)."""
     mounts = [
-        f"--mount=type=secret,id=pip_ca,uid={matrix.uid}",
+        f"--mount=type=secret,id={PIP_CA_ID},uid={matrix.uid}",
         f"--mount=type=cache,target=/home/{matrix.user}/.cache/pip,uid={matrix.uid},gid={matrix.gid}",
         "--mount=type=tmpfs,target=/tmp",
         *lock,
