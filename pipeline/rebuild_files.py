@@ -28,6 +28,7 @@ from typing import IO, Protocol, cast
 from common.deadlines import DEADLINES
 from pipeline import registry
 from pipeline.errors import RegistryDataRefused
+from pipeline.registry import chunks as registry_chunks
 
 MAX_LAYERS = 3  # differing layers whose files are named (each is read from the registry and from `docker save`)
 MAX_MEMBERS = 2_000_000  # files in one layer (the torch layer has about 20,000)
@@ -187,12 +188,10 @@ def fetch_layer(registry, layer: dict, dest: Path) -> Path:
     with resp, open(dest, "wb") as f:
         if not resp.ok:
             raise registry.refused(resp, what)
-        for chunk in resp.iter_content(1 << 20):
+        for chunk in registry_chunks(resp, what, registry.deadline, 1 << 20):  # the client's deadline and budget
             got += len(chunk)
             if got > size:
                 raise RegistryDataRefused(f"the registry sent more than the {size:,} bytes of {what}")
-            registry.deadline.left(what)  # the client's one deadline and byte budget bound the whole read
-            registry.deadline.spend(len(chunk), what)
             sha.update(chunk)
             f.write(chunk)
     if "sha256:" + sha.hexdigest() != digest:
@@ -270,11 +269,17 @@ def differing(layers: tuple[dict, ...] | list[dict], pushed_ids: list[str], rebu
     return [Pair(n, layer, a, b) for n, (layer, a, b) in enumerate(every, 1) if a != b][:MAX_LAYERS]
 
 
+def layer_reader(ref: registry.ImageRef, pairs: list[Pair]) -> registry.Registry:
+    """A client of `ref`'s registry for the pairs' pushed layers: one deadline, and a byte budget of their
+    declared sizes plus one token service's answer (a login is read under the same budget)."""
+    size = sum(p.layer["size"] for p in pairs if isinstance(p.layer.get("size"), int))
+    return registry.Registry(ref, registry.Deadline(DEADLINES["layer read"], budget=size + registry.MAX_MANIFEST))
+
+
 def name_files(ref: registry.ImageRef, docker, image_id: str, pairs: list[Pair], out: Path) -> list[str]:
     """For each pair, the lines naming the files that differ (layer_report), the pushed layers read from
-    `ref`'s registry under one deadline and a budget of their declared sizes."""
-    size = sum(p.layer["size"] for p in pairs if isinstance(p.layer.get("size"), int))
-    reader = registry.Registry(ref, registry.Deadline(DEADLINES["layer read"], budget=size))
+    `ref`'s registry (layer_reader)."""
+    reader = layer_reader(ref, pairs)
     out.mkdir(parents=True, exist_ok=True)
     lines = []
     for pair in pairs:

@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,14 @@ class Deadline:
     def __init__(self, seconds: float = DEFAULT_DEADLINE, budget: int | None = None):
         self.seconds = seconds
         self.end = time.monotonic() + seconds
-        self.budget = MAX_READ if budget is None else budget
+        self.limit = MAX_READ if budget is None else budget
+        self.budget = self.limit
 
     def spend(self, count: int, what: str) -> None:
         self.budget -= count
         if self.budget < 0:
-            raise RegistryDataRefused(f"{what}: this command has read over {MAX_READ >> 20} MiB from the registry: refused")
+            said = f"{self.limit >> 20} MiB" if self.limit >= 2**20 else f"{self.limit:,} bytes"
+            raise RegistryDataRefused(f"{what}: this command has read over {said} from the registry: refused")
 
     def left(self, what: str) -> float:
         remaining = self.end - time.monotonic()
@@ -525,29 +528,36 @@ def open_image(text: str, timeout: float) -> tuple[Registry, ImageRef, tuple[byt
     return client, ref, found
 
 
-def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:
-    """The body, decompressed, at most `limit` bytes, read within the deadline: each read returns what one
-    receive gave (read1), and waits at most what is left of the deadline, so a server that drips its
-    answer byte by byte is cut off on time."""
-    data = bytearray()
+def chunks(resp: requests.Response, what: str, deadline: Deadline | None, size: int = CHUNK) -> Iterator[bytes]:
+    """The body, decompressed, as it arrives, read within the deadline and its byte budget: each read returns
+    what one receive gave (read1, at most `size`), and waits at most what is left of the deadline, so a
+    server that drips its answer byte by byte is cut off on time."""
     sock = getattr(getattr(resp.raw, "connection", None), "sock", None)
     while True:
         left = deadline.left(what) if deadline else REQUEST_TIMEOUT
         if sock is not None:
             sock.settimeout(max(0.05, min(REQUEST_TIMEOUT, left)))
         try:
-            chunk = resp.raw.read1(CHUNK, decode_content=True)
+            chunk = resp.raw.read1(size, decode_content=True)
         except (OSError, urllib3.exceptions.HTTPError) as err:
             if deadline:
                 deadline.left(what)  # the deadline passed mid-read: say that, not the socket's words
             raise RegistryUnreachable(f"{what}: the answer broke off ({type(err).__name__})") from None
         if not chunk:
-            return bytes(data)
+            return
         if deadline:
             deadline.spend(len(chunk), what)
+        yield chunk
+
+
+def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:
+    """The body, decompressed, at most `limit` bytes, read within the deadline (chunks)."""
+    data = bytearray()
+    for chunk in chunks(resp, what, deadline):
         data += chunk
         if len(data) > limit:
             raise RegistryDataRefused(f"{what} is larger than {limit // 2**20} MiB")
+    return bytes(data)
 
 
 def artifact(artifact_type: str, empty: dict, layer: dict, subject: dict) -> dict:

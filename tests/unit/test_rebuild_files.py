@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import rebuild_files, registry
-from pipeline.errors import RegistryDataRefused
+from pipeline.errors import RegistryDataRefused, RegistryUnreachable
 from pipeline.rebuild_files import Chunks, Entry, Pair, differences, member_path, pushed_side, walk
 from tests.crafted_registry import REPO, Server
 
@@ -237,3 +237,55 @@ def test_the_differing_layers_are_paired_in_order_at_most_three_and_none_when_th
     assert rebuild_files.differing(layers, pushed, [*rebuilt, "extra"]) == []
     assert rebuild_files.differing(layers[:4], pushed, rebuilt) == []
     assert len(rebuild_files.differing(layers + layers, pushed * 2, ["X"] * 10)) == rebuild_files.MAX_LAYERS
+
+
+def test_the_layer_reader_reads_exactly_the_declared_layers_behind_a_token_login(crafted, tmp_path):
+    """Docker Hub's way, a Bearer login at a token service: its answer is read under the same byte budget as
+    the layers, and the budget leaves room for it (it was the declared sizes alone: the last chunk failed)."""
+    blob = gzip.compress(PUSHED)
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    token = Server("127.0.0.2")
+    try:
+        token.routes["/token"] = (200, {"Content-Type": "application/json"}, b'{"token": "' + b"t" * 4000 + b'"}')
+        challenge = f'Bearer realm="http://{token.host}/token",service="test"'
+
+        def behind_login(handler):
+            if "Authorization" not in handler.headers:
+                handler.send_response(401)
+                handler.send_header("WWW-Authenticate", challenge)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                return
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(blob)))
+            handler.end_headers()
+            handler.wfile.write(blob)
+
+        crafted.routes[f"/v2/{REPO}/blobs/{digest}"] = behind_login
+        layer = {"digest": digest, "size": len(blob)}
+        reader = rebuild_files.layer_reader(registry.ImageRef(crafted.host, REPO, "latest"), [Pair(1, layer, "a", "b")])
+        assert rebuild_files.fetch_layer(reader, layer, tmp_path / "l").read_bytes() == blob
+    finally:
+        token.shutdown()
+
+
+def test_a_registry_that_drips_a_layer_is_cut_off_at_the_deadline(crafted, tmp_path):
+    """A layer sent a byte at a time is cut off when the reader's deadline passes, not when a whole chunk
+    has come (each read waits at most what is left of the deadline)."""
+    import time
+
+    def drip(handler):
+        handler.send_response(200)
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        for _ in range(100):
+            handler.wfile.write(b"x")
+            handler.wfile.flush()
+            time.sleep(0.3)
+
+    digest = "sha256:" + "d" * 64
+    crafted.routes[f"/v2/{REPO}/blobs/{digest}"] = drip
+    started = time.monotonic()
+    with pytest.raises(RegistryUnreachable, match="within 2 s"):
+        rebuild_files.fetch_layer(layer_client(crafted, seconds=2), {"digest": digest, "size": 100000}, tmp_path / "l")
+    assert time.monotonic() - started < 4
