@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, cast
 
 from common.deadlines import DEADLINES
-from pipeline import registry
+from pipeline import hostprocs, registry
 from pipeline.errors import RegistryDataRefused
 from pipeline.registry import chunks as registry_chunks
 
@@ -315,18 +315,9 @@ def diffoscope(where: Path, text: Path) -> str:
     tool = shutil.which("diffoscope", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if tool is None:
         return f"the differing files are in {where} (install diffoscope for a report on them)"
-    try:
-        argv = [
-            tool,
-            "--no-progress",
-            "--exclude-directory-metadata=recursive",
-            "--text",
-            str(text),
-            str(where / "pushed"),
-            str(where / "rebuilt"),
-        ]
-        done = subprocess.run(argv, capture_output=True, timeout=DEADLINES["diffoscope"], check=False)
-    except subprocess.TimeoutExpired:
+    argv = [tool, "--no-progress", "--exclude-directory-metadata=recursive", "--text", str(text), str(where / "pushed")]
+    done = hostprocs.run_host([*argv, str(where / "rebuilt")], "diffoscope")  # its process tree, its deadline, Ctrl-C
+    if done.returncode is None:
         return f"diffoscope ran past {DEADLINES['diffoscope']:g} s; the differing files are in {where}"
     if done.returncode == 0:  # diffoscope writes no report for files it finds the same
         return f"diffoscope finds the files copied out to {where} the same"
