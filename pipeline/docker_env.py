@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 from pipeline.errors import DockerUnavailable
 from pipeline.hostprocs import run_host
@@ -94,3 +98,36 @@ def registry_security(client) -> dict[str, bool]:
     configs = registry.get("IndexConfigs") or {}
     secure = {str(name): bool(config.get("Secure", True)) for name, config in configs.items() if isinstance(config, dict)}
     return secure | {str(cidr): False for cidr in registry.get("InsecureRegistryCIDRs") or [] if isinstance(cidr, str)}
+
+
+class Chunks:
+    """A reader over an iterator of byte chunks (the Engine's `docker save` stream); each byte copied once."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks, self.chunk, self.at = chunks, b"", 0
+
+    def read(self, n: int = -1) -> bytes:
+        out = bytearray()
+        while n < 0 or len(out) < n:
+            if self.at == len(self.chunk):
+                chunk = next(self.chunks, None)  # an empty chunk is not the end
+                if chunk is None:
+                    break
+                self.chunk, self.at = chunk, 0
+                continue
+            take = len(self.chunk) - self.at if n < 0 else min(n - len(out), len(self.chunk) - self.at)
+            out += self.chunk[self.at : self.at + take]
+            self.at += take
+        return bytes(out)
+
+
+@contextlib.contextmanager
+def saved(client, image_id: str) -> Iterator[tarfile.TarFile]:
+    """`docker save` of the image as a tar read in one pass as the daemon streams it; the stream is closed
+    after, read to its end or not."""
+    stream = client.api.get_image(image_id, chunk_size=1 << 20)
+    try:
+        with tarfile.open(fileobj=cast(IO[bytes], Chunks(iter(stream))), mode="r|") as archive:
+            yield archive
+    finally:
+        stream.close()

@@ -15,18 +15,15 @@ import hashlib
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
 
 from common.deadlines import DEADLINES
-from pipeline import hostprocs
+from pipeline import docker_env, hostprocs
 from pipeline.docker_env import sdk_errors
 from pipeline.errors import Interrupted, PushFailed, UsageError, ValidationFailed
-from pipeline.rebuild_files import Chunks
 from pipeline.registry import parse_ref
 from pipeline.variants import PLATFORMS, arch
 
@@ -119,19 +116,15 @@ def _plain_http(ref: str, flag: str) -> list[str]:
 
 def exact_config(client, image_id: str) -> bytes:
     """The image's config JSON, byte for byte (its sha256 is the image ID), read from the daemon's
-    `docker save` stream (members in name order, so the config comes somewhere among the layers);
-    the stream is closed once it is found."""
-    chunks = client.api.get_image(image_id, chunk_size=1 << 20)
-    try:
-        with tarfile.open(fileobj=cast(IO[bytes], Chunks(chunks)), mode="r|") as archive:
-            for member in archive:
-                if member.isfile() and member.name == image_id.split(":", 1)[1] + ".json":
-                    data = archive.extractfile(member).read()  # type: ignore[union-attr]  # a file member has a body
-                    if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
-                        return data
-                    break
-    finally:
-        chunks.close()
+    `docker save` stream (members in name order, so the config comes somewhere among the layers; ID.json
+    in Docker 20.10's layout, blobs/sha256/ID in an OCI layout's); the stream is closed once it is found."""
+    name = image_id.split(":", 1)[1]
+    with docker_env.saved(client, image_id) as archive:
+        for member in archive:
+            if member.isfile() and Path(member.name).name in (name, f"{name}.json"):
+                data = archive.extractfile(member).read()  # type: ignore[union-attr]  # a file member has a body
+                if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
+                    return data
     raise PushFailed(f"could not read the exact config of {image_id[:19]} from the Docker daemon")
 
 

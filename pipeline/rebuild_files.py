@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, cast
 
 from common.deadlines import DEADLINES
-from pipeline import hostprocs, registry
+from pipeline import docker_env, hostprocs, registry
 from pipeline.errors import RegistryDataRefused
 from pipeline.registry import chunks as registry_chunks
 
@@ -210,32 +210,14 @@ def pushed_side(blob: Path, pair: Pair, keep: dict[str, Entry] | None = None, ou
     return found
 
 
-class Chunks:
-    """A reader over an iterator of byte chunks (the Engine's `docker save` stream); each byte copied once."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self.chunks, self.chunk, self.at = chunks, b"", 0
-
-    def read(self, n: int = -1) -> bytes:
-        out = bytearray()
-        while n < 0 or len(out) < n:
-            if self.at == len(self.chunk):
-                chunk = next(self.chunks, None)  # an empty chunk is not the end
-                if chunk is None:
-                    break
-                self.chunk, self.at = chunk, 0
-                continue
-            take = len(self.chunk) - self.at if n < 0 else min(n - len(out), len(self.chunk) - self.at)
-            out += self.chunk[self.at : self.at + take]
-            self.at += take
-        return bytes(out)
-
-
 def saved_layers(docker, image_id: str) -> Iterator[tuple[str, Readable]]:
-    """(member name, stream) of each layer tar in `docker save` of `image_id`."""
-    with tarfile.open(fileobj=cast(IO[bytes], Chunks(iter(docker.api.get_image(image_id)))), mode="r|") as outer:
+    """(member name, stream) of each layer tar in `docker save` of `image_id`: Docker 20.10's ID/layer.tar,
+    or every blob of the OCI layout Docker 25 writes (its configs among them: rebuilt_side finds a layer by
+    its digest)."""
+    with docker_env.saved(docker, image_id) as outer:
         for member in outer:
-            body = outer.extractfile(member) if member.name.endswith("/layer.tar") and member.isfile() else None
+            layer = member.name.endswith("/layer.tar") or member.name.startswith("blobs/sha256/")
+            body = outer.extractfile(member) if layer and member.isfile() else None
             if body is not None:
                 yield member.name, body
 

@@ -70,16 +70,21 @@ def test_the_layout_gets_the_images_own_config_back(tmp_path):
     assert manifest["layers"][0]["mediaType"].endswith("+zstd")
 
 
-def _saved(config: bytes, closed: list) -> object:
+def _saved(config: bytes, closed: list, oci: bool = False) -> object:
     """A stand-in for the Docker SDK client whose `docker save` stream holds a layer and `config`, in odd
-    chunks (an empty one among them), and records when the stream is closed."""
+    chunks (an empty one among them), and records when the stream is closed; `oci`: Docker 25's layout."""
     import io
     import tarfile
 
     buf = io.BytesIO()
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
     with tarfile.open(fileobj=buf, mode="w") as archive:
-        for name, data in (("0" * 64 + "/layer.tar", b"x" * 70_000), (image_id[7:] + ".json", config)):
+        names = (
+            (f"blobs/sha256/{'0' * 64}", f"blobs/sha256/{image_id[7:]}")
+            if oci
+            else ("0" * 64 + "/layer.tar", image_id[7:] + ".json")
+        )
+        for name, data in zip(names, (b"x" * 70_000, config), strict=True):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
@@ -100,11 +105,12 @@ def _saved(config: bytes, closed: list) -> object:
     return Client()
 
 
-def test_the_exact_config_is_read_from_the_saved_stream_which_is_then_closed():
+@pytest.mark.parametrize("oci", [False, True])
+def test_the_exact_config_is_read_from_the_saved_stream_which_is_then_closed(oci):
     config = b'{"config":{"Healthcheck":{"Test":["CMD","healthcheck"]}}}'
     closed: list = []
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
-    assert push.exact_config(_saved(config, closed), image_id) == config
+    assert push.exact_config(_saved(config, closed, oci), image_id) == config
     assert closed == [image_id]
     with pytest.raises(push.PushFailed, match="could not read the exact config"):
-        push.exact_config(_saved(config, closed), "sha256:" + "0" * 64)
+        push.exact_config(_saved(config, closed, oci), "sha256:" + "0" * 64)

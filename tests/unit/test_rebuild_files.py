@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import rebuild_files, registry
+from pipeline.docker_env import Chunks
 from pipeline.errors import RegistryDataRefused, RegistryUnreachable
-from pipeline.rebuild_files import Chunks, Entry, Pair, differences, member_path, pushed_side, walk
+from pipeline.rebuild_files import Entry, Pair, differences, member_path, pushed_side, walk
 from tests.crafted_registry import REPO, Server
 
 pytestmark = pytest.mark.unit
