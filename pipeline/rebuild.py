@@ -100,7 +100,7 @@ def read_pushed(request: RebuildRequest) -> Pushed:
     if found is None:
         raise UsageError(f"{ref}: the registry no longer has {image['digest'][:19]}…")
     config = registry.as_dict(client.blob(registry.config_digest(found[0], str(ref))), f"{ref}'s config")
-    layers = registry.as_dict(found[0], f"{ref}'s manifest").get("layers")
+    layers = registry.descriptors(registry.as_dict(found[0], f"{ref}'s manifest").get("layers"), f"{ref}'s manifest")
     provenance = image["provenance"]
     return Pushed(
         registry.ImageRef(ref.host, ref.repo, image["digest"]),
@@ -109,7 +109,7 @@ def read_pushed(request: RebuildRequest) -> Pushed:
         provenance["revision"],
         config,
         frozenset(image.get("packages", [])),
-        tuple(layer for layer in layers if isinstance(layer, dict)) if isinstance(layers, list) else (),
+        tuple(layers),  # each with a sha256 digest, in the config's order: none dropped, so the pairing holds
     )
 
 
