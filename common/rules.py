@@ -106,3 +106,8 @@ def _acceptance(row: dict) -> str:
 def _what(row: dict) -> str:
     text = row.get("affects") or row.get("summary") or ""
     return f": {text}" if text else ""
+
+
+# The signing key's passphrase is the signer process's alone (pipeline/attest.py starts it with it): no host
+# command (docker, skopeo, git, uv, diffoscope) is given it (pipeline/hostprocs.run_host takes it out).
+PASSPHRASE_ENV = "PROVEN_TORCH_SIGN_KEY_PASSPHRASE"

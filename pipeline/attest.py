@@ -21,12 +21,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.rules import PASSPHRASE_ENV
 from pipeline.errors import NotVerified, PipelineError, RegistryDataRefused, UsageError
 from pipeline.statements import PAYLOAD_TYPE, encode, now, stamp_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SIGN_KEY_ENV = "PROVEN_TORCH_SIGN_KEY"
-PASSPHRASE_ENV = "PROVEN_TORCH_SIGN_KEY_PASSPHRASE"
 SIGNER_PYTHON_ENV = "PROVEN_TORCH_SIGNER_PYTHON"  # another signer interpreter (tests; hosts with their own venv)
 SIGNER_VENV = REPO_ROOT / ".venv-signer"
 PRIVATE_NAME, PUBLIC_NAME = "proven-torch.key", "proven-torch.pub"

@@ -14,10 +14,12 @@ matrix (pipeline.all_lines), the only places that know it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 
 from common.deadlines import DEADLINES
 from common.procs import Finished, run_bounded
+from common.rules import PASSPHRASE_ENV  # the signer's alone: taken out of every host command's environment
 from pipeline.errors import Interrupted
 
 GRACE_S = DEADLINES["stop_grace"]  # between SIGTERM and SIGKILL
@@ -48,6 +50,7 @@ def run_host(
     raises Interrupted naming `what` (default: the kind)."""
     with step(what or kind):
         try:
-            return run_bounded(argv, DEADLINES[kind], env=env, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
+            given = {k: v for k, v in (os.environ if env is None else env).items() if k != PASSPHRASE_ENV}
+            return run_bounded(argv, DEADLINES[kind], env=given, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
         except OSError as err:  # not found, not executable: as a shell says it
             return Finished(127, "", f"cannot run {argv[0]}: {err.strerror or err}")

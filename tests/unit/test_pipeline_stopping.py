@@ -164,3 +164,16 @@ def test_require_gpu_refuses_a_build_on_a_host_without_one(matrix, monkeypatch, 
     with pytest.raises(UsageError, match="^REQUIRE_GPU=1 but this host has no GPU visible"):
         check_request(_config(matrix, tmp_path), gpus=0)
     check_request(_config(matrix, tmp_path), gpus=1)
+
+
+def test_no_host_command_is_given_the_signing_keys_passphrase(monkeypatch):
+    """The passphrase is the signer's alone: docker, skopeo, git and the rest run without it, from this
+    process's environment or from one a caller built out of it (BuildCli.environ, the docker CLI's)."""
+    import os
+
+    monkeypatch.setenv(hostprocs.PASSPHRASE_ENV, "s3cret-passphrase")
+    for env in (None, {**os.environ, "OTHER_SETTING": "kept"}):
+        done = hostprocs.run_host(["env"], "git", env=env)
+        assert done.returncode == 0 and "PATH=" in done.stdout
+        assert "s3cret-passphrase" not in done.stdout and hostprocs.PASSPHRASE_ENV not in done.stdout
+        assert env is None or "OTHER_SETTING=kept" in done.stdout
