@@ -437,8 +437,9 @@ def test_a_written_report_keeps_every_field_and_pin_of_the_committed_example(tmp
 
     from pipeline.target import Target, Validation
 
-    example = json.loads((REPO_ROOT / "docs/examples/report-2.9-cu128/report.json").read_text())
-    target = Target(resolve(matrix, None), tmp_path, "proven-torch", "20261206", "2026-12-06T00:00:00Z", "abcdef0")
+    line = resolve(matrix, None)  # the default line, whose report the docs' examples hold
+    example = json.loads((REPO_ROOT / f"docs/examples/report-{line.name}/report.json").read_text())
+    target = Target(line, tmp_path, "proven-torch", "20261206", "2026-12-06T00:00:00Z", "abcdef0")
     target.write_report("sha256:" + "0" * 64, Validation(), "failed", error="a test")
     written = json.loads((tmp_path / "report.json").read_text())
     assert set(example) <= set(written)
