@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pipeline import registry, statements
@@ -101,3 +102,19 @@ def list_referrers(server: Server, digest: str, descriptors: list[dict], **heade
     """The referrers API's answer for `digest`."""
     body = json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": descriptors}).encode()
     server.put(f"referrers/{digest}", body, registry.OCI_INDEX, **headers)
+
+
+def drip(content_type: str, byte: bytes, every: float, count: int):
+    """A route that answers a byte at a time, `every` seconds apart: a registry holding a client's read open."""
+
+    def answer(handler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        for _ in range(count):
+            handler.wfile.write(byte)
+            handler.wfile.flush()
+            time.sleep(every)
+
+    return answer

@@ -17,7 +17,7 @@ from pipeline import rebuild_files, registry
 from pipeline.docker_env import Chunks
 from pipeline.errors import RegistryDataRefused, RegistryUnreachable
 from pipeline.rebuild_files import Entry, Pair, differences, member_path, pushed_side, walk
-from tests.crafted_registry import REPO, Server
+from tests.crafted_registry import REPO, Server, drip
 
 pytestmark = pytest.mark.unit
 
@@ -275,17 +275,8 @@ def test_a_registry_that_drips_a_layer_is_cut_off_at_the_deadline(crafted, tmp_p
     has come (each read waits at most what is left of the deadline)."""
     import time
 
-    def drip(handler):
-        handler.send_response(200)
-        handler.send_header("Content-Length", "100000")
-        handler.end_headers()
-        for _ in range(100):
-            handler.wfile.write(b"x")
-            handler.wfile.flush()
-            time.sleep(0.3)
-
     digest = "sha256:" + "d" * 64
-    crafted.routes[f"/v2/{REPO}/blobs/{digest}"] = drip
+    crafted.routes[f"/v2/{REPO}/blobs/{digest}"] = drip("application/octet-stream", b"x", every=0.3, count=100)
     started = time.monotonic()
     with pytest.raises(RegistryUnreachable, match="within 2 s"):
         rebuild_files.fetch_layer(layer_client(crafted, seconds=2), {"digest": digest, "size": 100000}, tmp_path / "l")

@@ -21,7 +21,7 @@ from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachabl
 from pipeline.referrers import ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from pipeline.signing import image_statements
 from pipeline.statements import Subject
-from tests.crafted_registry import REPO, Server, artifacts, list_referrers
+from tests.crafted_registry import REPO, Server, artifacts, drip, list_referrers
 from tests.records import run_folder, validation
 from tests.signer_clock import signer_clock
 
@@ -212,18 +212,7 @@ def test_a_ten_thousand_deep_envelope_is_refused_not_a_traceback(server, keys, t
 
 def test_a_registry_that_drips_its_answer_is_cut_off_at_the_deadline(server, keys):
     digest, _ = image(server)
-
-    def drip(handler):
-        handler.send_response(200)
-        handler.send_header("Content-Type", registry.OCI_INDEX)
-        handler.send_header("Content-Length", "100000")
-        handler.end_headers()
-        for _ in range(1000):
-            handler.wfile.write(b" ")
-            handler.wfile.flush()
-            time.sleep(0.5)
-
-    server.routes[f"/v2/{REPO}/referrers/{digest}"] = drip
+    server.routes[f"/v2/{REPO}/referrers/{digest}"] = drip(registry.OCI_INDEX, b" ", every=0.5, count=1000)
     done, seconds, _ = verify_cli(server, "--timeout", "4", key=keys[1])
     one_line(done, 6, "did not finish answering within 4 s")
     assert seconds < 4 + 5, seconds  # the deadline, plus the interpreter's start
