@@ -18,7 +18,9 @@ in memory (no file of any package changes on disk):
 | pygame.display | set_mode | classic control, toy text, Box2D, gymnasium.utils.play |
 | ale_py._ale_py | ALEInterface.setBool("display_screen", True) | Atari (ALE) in human mode |
 | mujoco | its warning handler (set_mju_user_warning): Python warnings, no MUJOCO_LOG.TXT | every MuJoCo env |
-| gymnasium.envs.mujoco.mujoco_rendering | WindowViewer: opens with its help menu hidden (H shows it) | MuJoCo's human viewer |
+| mujoco.glfw | GLContext: one refused a window frees nothing | `MUJOCO_GL=glfw` |
+| gymnasium.envs.mujoco.mujoco_rendering | WindowViewer opens with its help menu hidden (H shows it) | MuJoCo's viewer |
+| (same) | WindowViewer, OffScreenViewer: one refused a window frees nothing | MuJoCo's viewers |
 
 One more thing pygame's set_mode gets, with a display: where rendering goes through EGL (the image's
 MUJOCO_GL=egl, or PYOPENGL_PLATFORM=egl), a plain window (no pygame.OPENGL flag) is drawn without
@@ -29,6 +31,10 @@ vector form), EGL_BAD_ACCESS when the window came first. SDL_FRAMEBUFFER_ACCELER
 window: SDL draws through plain X11 (MIT-SHM), as it does anyway where OpenGL is Mesa's (the
 probe turns acceleration on for NVIDIA's and ATI's only). A value of the user's own
 is left as it is; rgb_array frames stay on EGL.
+
+Refused a window, upstream's viewer and GLFW context are left half-built, and when they are collected their
+`__del__` prints "Exception ignored ... AttributeError" (or gymnasium's "not properly closed" warning) under
+the message, in the Lab in the cell's output: their `__init__` is wrapped to leave what `free()` reads empty.
 
 A display counts only when a server answers on it: DISPLAY set but nothing listening (the
 desktop not opened yet, an SSH session without -X) counts as none. The checks and their
@@ -276,16 +282,44 @@ def _patch_mujoco(module) -> None:
     module.set_mju_user_warning(mujoco_warning)
 
 
-def _patch_mujoco_viewer(module) -> None:
-    """gymnasium's MuJoCo viewer opens with its help menu hidden (it covered half the window); H shows it."""
-    original = module.WindowViewer.__init__
+class _NoContext:
+    """What a viewer refused a window frees: nothing."""
+
+    def free(self) -> None:
+        pass
+
+
+def _emptied_when_refused(cls, attribute: str, empty, after=None) -> None:
+    """Wrap cls.__init__: refused a window (NoDisplayError), it sets `attribute`, what the half-built object's
+    `free()` reads when it is collected, to `empty` before the error goes on; `after(self)` runs after a
+    successful one."""
+    original = cls.__init__
 
     def __init__(self, *args, **kwargs):  # noqa: N807
-        original(self, *args, **kwargs)
-        self._hide_menu = True
+        try:
+            original(self, *args, **kwargs)
+        except NoDisplayError:
+            setattr(self, attribute, empty)
+            raise
+        if after is not None:
+            after(self)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    module.WindowViewer.__init__ = __init__
+    cls.__init__ = __init__
+
+
+def _patch_mujoco_glfw(module) -> None:
+    _emptied_when_refused(module.GLContext, "_context", None)
+
+
+def _hide_menu(viewer) -> None:
+    viewer._hide_menu = True
+
+
+def _patch_mujoco_viewer(module) -> None:
+    """gymnasium's MuJoCo viewer opens with its help menu hidden (it covered half the window); H shows it."""
+    _emptied_when_refused(module.WindowViewer, "window", None, after=_hide_menu)
+    _emptied_when_refused(module.OffScreenViewer, "opengl_context", _NoContext())
 
 
 PATCHES = {
@@ -293,6 +327,7 @@ PATCHES = {
     "pygame.display": _patch_pygame_display,
     "ale_py._ale_py": _patch_ale,
     "mujoco": _patch_mujoco,
+    "mujoco.glfw": _patch_mujoco_glfw,
     "gymnasium.envs.mujoco.mujoco_rendering": _patch_mujoco_viewer,
 }
 

@@ -276,6 +276,23 @@ def test_gymnasiums_mujoco_viewer_opens_with_its_menu_hidden():
         def __init__(self, model, data):
             self._hide_menu = False
 
-    module = type("rendering", (), {"WindowViewer": WindowViewer})
+    module = type("rendering", (), {"WindowViewer": WindowViewer, "OffScreenViewer": type("OffScreenViewer", (), {})})
     guard.PATCHES["gymnasium.envs.mujoco.mujoco_rendering"](module)
     assert module.WindowViewer("m", "d")._hide_menu is True
+
+
+def test_an_object_refused_a_window_is_left_with_nothing_to_free_other_errors_are_left_alone():
+    class GLContext:
+        def __init__(self, error):
+            raise error
+
+    module = type("glfw", (), {"GLContext": GLContext})
+    guard.PATCHES["mujoco.glfw"](module)
+    refused = GLContext.__new__(GLContext)
+    with pytest.raises(guard.NoDisplayError):
+        refused.__init__(guard.NoDisplayError("no display"))
+    assert refused._context is None
+    other = GLContext.__new__(GLContext)
+    with pytest.raises(ValueError):
+        other.__init__(ValueError("not ours"))
+    assert not hasattr(other, "_context")

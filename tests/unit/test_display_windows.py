@@ -123,3 +123,29 @@ def test_upstream_aborts_there_which_is_why_the_hook_sets_the_hint(display, tmp_
     """The control: with the hook off, SDL's hidden OpenGL window takes GLX beside EGL and X ends the process."""
     done = child(tmp_path, WATCH, "HalfCheetah-v5", "single", DISPLAY=display, PROVEN_TORCH_DISPLAY_CHECK="off")
     assert done.returncode != 0 and "X_GLXMakeCurrent" in done.stderr, (done.returncode, done.stderr[-2000:])
+
+
+REFUSED = """
+    import gc, sys
+    import gymnasium as gym
+    from proven_torch_display import NoDisplayError
+
+    env = gym.make("HalfCheetah-v5", render_mode=sys.argv[1])
+    try:
+        env.reset(seed=0)
+        env.render()
+    except NoDisplayError:
+        print("raised")
+    gc.collect()  # the viewer whose window never opened goes now, not at the process's end
+    print("collected")
+"""
+
+
+@pytest.mark.parametrize(
+    ("render_mode", "mujoco_gl"), [("human", "egl"), ("human", "glfw"), ("rgb_array", "glfw")]
+)  # fmt: skip
+def test_without_a_display_the_message_is_all_a_user_sees(render_mode, mujoco_gl, tmp_path):
+    """Upstream's half-built viewer and GLFW context printed "Exception ignored ... AttributeError" twice when
+    they were collected, under the NoDisplayError's message (in the Lab: in the cell's output)."""
+    done = child(tmp_path, REFUSED, render_mode, MUJOCO_GL=mujoco_gl)
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["raised", "collected"], "")
