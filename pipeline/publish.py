@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pipeline import push, registry, run_facts
 from pipeline.errors import PipelineError
-from pipeline.records import FACTS, Facts, write
+from pipeline.records import FACTS, Facts, Signable, write
 from pipeline.request import Request
 from pipeline.signing import image_statements, index_statements, sign_digest
 from pipeline.statements import Subject
@@ -59,8 +59,9 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
 
     def sign_what_is_pushed() -> None:
         assert key is not None
+        records = Signable.read(target.run_dir)
         for digest in dict.fromkeys(refs.values()):
-            stmts = image_statements(target.run_dir, Subject(target.ref, digest))
+            stmts = image_statements(records, Subject(target.ref, digest))
             signed.append(sign_digest(key, destination, digest, stmts))
 
     try:

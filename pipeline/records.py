@@ -13,8 +13,10 @@ field (UsageError, exit 2). Standard library only (the signer process imports it
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,13 +74,6 @@ class Reader:
         return float(value)
 
 
-def _sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
 def write(path: Path, record: dict) -> Path:
     """A run file, written whole or not at all."""
     write_json(path, record)
@@ -87,15 +82,25 @@ def write(path: Path, record: dict) -> Path:
 
 def load(path: Path, what: str) -> dict:
     """A run file's JSON object; a link, a missing file or one that is not a JSON object is one line."""
-    if path.is_symlink():
-        raise UsageError(f"{path}: the {what} is a symbolic link; give the file itself")
+    return parse(read_bytes(path, what), path, what)
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    """A run file's bytes, read once (what is hashed is what is parsed); a link or a missing file is one line."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UsageError(f"{path}: the {what} is a symbolic link; give the file itself") from None
         raise UsageError(f"{path}: cannot read the {what} ({err.strerror})") from None
+    with open(fd, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise UsageError(f"{path}: the {what} is over {MAX_BYTES >> 20} MiB: not a run file")
+    return data
+
+
+def parse(data: bytes, path: Path, what: str) -> dict:
     try:
         value = json.loads(data)
     except ValueError:
@@ -227,10 +232,9 @@ class Proof:
         return cls.read(raw, path, Ran.load(ran).image_id, own=False)
 
     @classmethod
-    def of_build(cls, folder: Path) -> Proof:
-        """The build's own proof: validation.json's, which ran in the validated image (its `ran_in`)."""
-        path = folder / VALIDATION
-        raw = load(path, "validation record")
+    def of_build(cls, raw: dict, path: Path) -> Proof:
+        """The build's own proof: validation.json's (`raw`, read from `path`), which ran in the validated image
+        (its `ran_in`)."""
         ran_in = Reader(f"{path} (validation record)").text(raw, "ran_in", optional=True)
         if not ran_in:
             raise UsageError(f"{path}: names no image its proof ran in (ran_in): made by an older build.py; build it again")
@@ -298,10 +302,37 @@ class Registered:
     version: str | None = None
 
 
-def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require_gpu: bool) -> None:
+@dataclass(frozen=True)
+class Signable:
+    """What the statements about one image are made from: its run's facts, its validation record and SBOM."""
+
+    facts: Facts
+    validation: dict
+    sbom: dict
+
+    @classmethod
+    def read(cls, folder: Path) -> Signable:
+        """A report folder's records as its build wrote them (the push signs them in the same run)."""
+        validation = load(folder / VALIDATION, "validation record")
+        return cls(Facts.load(folder / FACTS), validation, load(folder / sbom_name(validation), "SBOM"))
+
+
+def sbom_name(validation: dict) -> str:
+    return str((validation.get("sbom") or {}).get("file", "sbom.cdx.json"))
+
+
+def _stamped(path: Path, what: str, sha256: object) -> dict | None:
+    """The run file at `path`, parsed from the bytes that hash to `sha256`; None when they do not."""
+    data = read_bytes(path, what)
+    return parse(data, path, what) if hashlib.sha256(data).hexdigest() == sha256 else None
+
+
+def bind(pushed: Registered, report: Report, facts: Facts, proof_path: Path | None, require_gpu: bool) -> tuple[Signable, Proof]:
     """`build.py sign`'s check before anything is signed: refused unless the pushed digest, the report, the
-    facts, the stamped validation record, its SBOM and the proof all name one image and one line, and the
-    proof passed and lists every check (with require_gpu, every GPU check and the GPU gate too)."""
+    facts, the stamped validation record, its SBOM and the proof (the build's own, or the later one at
+    `proof_path`) all name one image and one line, and the proof passed and lists every check (with
+    require_gpu, every GPU check and the GPU gate too). Returns what it checked, each file parsed from the
+    bytes that were checked: what is signed is what was bound, whatever changes in the folder meanwhile."""
     digest, config = pushed.digest, pushed.config
     if digest not in report.pushed.values() or report.status != "pushed":
         names = ", ".join(report.pushed.values()) or "none"
@@ -313,16 +344,18 @@ def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require
         )
     if facts.line != report.line:
         raise NotVerified(f"sign refused: the run's facts name line {facts.line}, its report {report.line}")
-    validation = report.folder / VALIDATION
-    if pushed.validation_sha256 is None or _sha256(validation) != pushed.validation_sha256:
+    validation_file = report.folder / VALIDATION
+    validation = _stamped(validation_file, "validation record", pushed.validation_sha256)
+    if pushed.validation_sha256 is None or validation is None:
         raise NotVerified(
-            f"sign refused: {validation} is not the validation record {digest[:19]}… was stamped with (its config's "
+            f"sign refused: {validation_file} is not the validation record {digest[:19]}… was stamped with (its config's "
             "label names another, or none): an edited record, or an image this pipeline did not stamp"
         )
-    sbom = load(validation, "validation record").get("sbom") or {}
-    sbom_file = report.folder / str(sbom.get("file", "sbom.cdx.json"))
-    if sbom.get("sha256") != _sha256(sbom_file):
+    sbom_file = report.folder / sbom_name(validation)
+    sbom = _stamped(sbom_file, "SBOM", (validation.get("sbom") or {}).get("sha256"))
+    if sbom is None:
         raise NotVerified(f"sign refused: {sbom_file} is not the SBOM the stamped validation record names")
+    proof = Proof.later(proof_path) if proof_path else Proof.of_build(validation, validation_file)
     expected = report.validated_image_id if proof.own else config
     if proof.ran_in != expected:
         raise NotVerified(
@@ -343,3 +376,4 @@ def bind(pushed: Registered, report: Report, facts: Facts, proof: Proof, require
             f"{proof.path}: not a GPU proof ({', '.join(missing)} did not pass: the CPU only?) and --require-gpu "
             "was given: nothing signed"
         )
+    return Signable(facts, validation, sbom), proof

@@ -9,7 +9,7 @@ that stamps its own run and time) and attached beside the digest (pipeline/refer
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import requests
@@ -19,20 +19,17 @@ from pipeline import attest, push, referrers, registry, statements
 from pipeline.build_image import SOURCE
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.labels import VALIDATION_SHA256, VERSION
-from pipeline.records import FACTS, VALIDATION, Facts, Proof, Registered, Report, bind, load, write
+from pipeline.records import FACTS, Facts, Registered, Report, Signable, bind, load, write
 from pipeline.statements import Subject, statement
 from pipeline.variants import Variant, load_matrix
 
 # --------------------------------------------------------------------------- what is signed
 
 
-def image_statements(folder: Path, subject: Subject, validation: dict | None = None) -> list[dict]:
-    """The six statements about one pushed image, from its report folder; `validation`: the record the test
-    result and benchmark are made from, when not the build's own validation.json (a later proof's)."""
-    facts = Facts.load(folder / FACTS)
-    validation = load(folder / VALIDATION, "validation record") if validation is None else validation
-    sbom_file = (validation.get("sbom") or {}).get("file", "sbom.cdx.json")
-    sbom = load(folder / str(sbom_file), "SBOM")
+def image_statements(records: Signable, subject: Subject) -> list[dict]:
+    """The six statements about one pushed image, from its run's records (the test result and benchmark from
+    `records.validation`: the build's own, or with a later proof's outcome)."""
+    facts, validation, sbom = records.facts, records.validation, records.sbom
     deps = list(facts.dependencies)
     image_id = facts.stamped_image_id
     locks = [{"name": d["uri"].removeprefix("file:"), "digest": d.get("digest")} for d in deps if d["uri"].startswith("file:")]
@@ -153,20 +150,19 @@ def sign_command(req: SignRequest) -> list[str]:
         raise UsageError(f"{ref}: sign a digest (HOST/REPO@sha256:...), the one the build pushed, not a tag")
     report = Report.load(req.report)
     facts = Facts.load(report.folder / FACTS)
-    proof = Proof.later(req.proof) if req.proof else Proof.of_build(report.folder)
     client = registry.Registry(ref, registry.Deadline(req.timeout))
     try:
         pushed = registered(client, ref.reference)
     except RegistryDataRefused as err:
         raise UsageError(f"{ref}: {err}") from None
-    bind(pushed, report, facts, proof, req.require_gpu)
+    records, proof = bind(pushed, report, facts, req.proof, req.require_gpu)  # each file read once, from here on
     check_tags(pushed, facts, load_matrix().line(report.line), report.folder / FACTS)
     if req.key is not None:
         attest.check_key(req.key)
-    validation = load(report.folder / VALIDATION, "validation record")
     if not proof.own:  # a later proof's outcome in place of the build's own
-        validation = {**statements.validation_with_proof(validation, proof.raw), "ran_in": proof.ran_in}
-    stmts = image_statements(report.folder, Subject(ref.name, ref.reference), validation)
+        validation = {**statements.validation_with_proof(records.validation, proof.raw), "ran_in": proof.ran_in}
+        records = replace(records, validation=validation)
+    stmts = image_statements(records, Subject(ref.name, ref.reference))
     lines = []
     if req.prepare is not None:
         subject = {
@@ -176,7 +172,7 @@ def sign_command(req: SignRequest) -> list[str]:
             "platform": facts.platform,
             "flavor": facts.flavor,
         }
-        extra = {"validation": validation, "facts": facts.as_dict()}
+        extra = {"validation": records.validation, "facts": facts.as_dict()}
         write_prepared(req.prepare, subject, stmts, extra)
         lines.append(
             f"==> {req.prepare}: {PREPARED} for the signer, cosign's predicates of the same statements ({PREDICATES_INDEX})"

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import attest, statements, verify
 from pipeline.errors import NotVerified, PushFailed, RegistryDataRefused, UsageError
-from pipeline.records import Facts
+from pipeline.records import Facts, Signable
 from pipeline.registry import parse_ref
 from pipeline.signed_statements import Provenance, Signed, TestResult, Vulns, read_statement
 from pipeline.statements import GPU_TESTS, PREDICATES, Subject
@@ -502,7 +502,7 @@ def test_attach_refuses_an_answer_whose_envelopes_name_another_key_than_it_says(
 
     digest = "sha256:" + "a" * 64
     run_folder(tmp_path / "run", ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
-    stmts = signing.image_statements(tmp_path / "run", Subject("h/r", digest))
+    stmts = signing.image_statements(Signable.read(tmp_path / "run"), Subject("h/r", digest))
     signing.write_prepared(tmp_path / "prepared", {"name": "h/r", "digest": digest}, stmts)
     signed = attest.sign(keypair[0], stmts)
     answer = {

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import statements
 from pipeline.push import plain_tag
-from pipeline.records import Facts
+from pipeline.records import Facts, Signable
 from pipeline.signing import index_statements
 from pipeline.statements import PREDICATES, Subject
 from pipeline.target import Validation
@@ -68,10 +68,18 @@ def test_the_signed_benchmarks_host_is_the_build_host_the_run_recorded_not_the_s
 
     digest = "sha256:" + "a" * 64
     records.run_folder(tmp_path, ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
-    bench = next(s for s in image_statements(tmp_path, Subject("h/r", digest)) if s["predicateType"] == PREDICATES["benchmark"])
+    bench = next(
+        s
+        for s in image_statements(Signable.read(tmp_path), Subject("h/r", digest))
+        if s["predicateType"] == PREDICATES["benchmark"]
+    )
     assert bench["predicate"]["host"] == {"machine": "unknown", "system": "unknown"}
     facts = json.loads((tmp_path / "facts.json").read_text())
     facts["tools"]["host"] = {"machine": "riscv64", "system": "Linux-on-the-build-host"}
     (tmp_path / "facts.json").write_text(json.dumps(facts))
-    bench = next(s for s in image_statements(tmp_path, Subject("h/r", digest)) if s["predicateType"] == PREDICATES["benchmark"])
+    bench = next(
+        s
+        for s in image_statements(Signable.read(tmp_path), Subject("h/r", digest))
+        if s["predicateType"] == PREDICATES["benchmark"]
+    )
     assert bench["predicate"]["host"] == {"machine": "riscv64", "system": "Linux-on-the-build-host"}
