@@ -5,6 +5,7 @@ the path between them: docs/architecture.md ("The publish path").
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pipeline import push, registry, run_facts
@@ -50,7 +51,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     held = tuple(remote for _, remote, _ in plan[len(to_push) :])
     base_image = request.matrix.base_image_for(target.platform)
     deps = run_facts.dependencies(client, target.variant, target.platform, base_image, facts.commit)
-    run_facts.write_facts(target, tagged.stamped_id, facts, deps, [remote for _, remote, _ in plan])
+    written = run_facts.write_facts(target, tagged.stamped_id, facts, deps, [remote for _, remote, _ in plan])
     refs: dict[str, str] = {}
     signed: list[dict] = []
     zstd_digest = None
@@ -59,7 +60,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
 
     def sign_what_is_pushed() -> None:
         assert key is not None
-        records = Signable.read(target.run_dir)
+        records = Signable.of_run(target.run_dir, written, json.loads(tagged.validation.record()))  # what was stamped
         for digest in dict.fromkeys(refs.values()):
             stmts = image_statements(records, Subject(target.ref, digest))
             signed.append(sign_digest(key, destination, digest, stmts))

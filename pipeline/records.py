@@ -311,10 +311,16 @@ class Signable:
     sbom: dict
 
     @classmethod
-    def read(cls, folder: Path) -> Signable:
-        """A report folder's records as its build wrote them (the push signs them in the same run)."""
-        validation = load(folder / VALIDATION, "validation record")
-        return cls(Facts.load(folder / FACTS), validation, load(folder / sbom_name(validation), "SBOM"))
+    def of_run(cls, folder: Path, facts: Facts, validation: dict) -> Signable:
+        """A run's own records as it holds them (the push signs in the run that wrote them), the SBOM read once
+        from its report folder and refused unless it is the one `validation` names by hash."""
+        sbom_file = folder / sbom_name(validation)
+        sbom = _stamped(sbom_file, "SBOM", (validation.get("sbom") or {}).get("sha256"))
+        if sbom is None:
+            raise NotVerified(
+                f"{sbom_file} is not the SBOM its validation record names (changed since it was written): nothing signed"
+            )
+        return cls(facts, validation, sbom)
 
 
 def sbom_name(validation: dict) -> str:

@@ -78,7 +78,7 @@ def validate_and_tag(client, image_id: str, gpus: int, target: Target) -> Tagged
     except ValidationFailed as err:
         target.write_report(image_id, validation, status="failed", error=str(err))
         raise
-    record = (json.dumps(validation.as_dict(), indent=2, sort_keys=True) + "\n").encode()
+    record = validation.record()
     atomic_write(target.run_dir / VALIDATION, lambda f: f.write(record))  # these bytes' hash is a label
     line_tags = [immutable, *moving]
     all_tags = [target.own_tag(tag) for tag in line_tags]

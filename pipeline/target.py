@@ -4,6 +4,7 @@ written here, in one place."""
 
 from __future__ import annotations
 
+import json
 import platform as this_host
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,6 +56,10 @@ class Validation:
             "seconds_to_target": round(ppo["seconds_to_target"], 2) if ppo.get("seconds_to_target") else None,
             "sps": round(ppo["sps_end_to_end"]) if ppo.get("sps_end_to_end") else None,
         }
+
+    def record(self) -> bytes:
+        """validation.json's bytes: their hash is stamped as a label, and the push signs what they say."""
+        return (json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n").encode()
 
     def as_dict(self) -> dict:
         """What the report and validation.json record of this validation (immutable once stamped)."""

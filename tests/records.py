@@ -165,6 +165,14 @@ def run_folder(
     return folder / "report.json"
 
 
+def signable(folder: Path):
+    """A report folder's records as the push signs them (records.Signable): its facts.json and validation.json,
+    and the SBOM that names by hash."""
+    from pipeline.records import FACTS, VALIDATION, Facts, Signable, load
+
+    return Signable.of_run(folder, Facts.load(folder / FACTS), load(folder / VALIDATION, "validation record"))
+
+
 def proof_folder(folder: Path, image_id: str, **proof) -> Path:
     """A later proof as scripts/prove.sh leaves it: proof.json (proof_record's keywords) and ran.json naming
     the image it ran in. Returns proof.json's path."""

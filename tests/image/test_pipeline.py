@@ -24,7 +24,7 @@ from pipeline.docker_env import find_build_cli
 from pipeline.errors import PushFailed, ValidationFailed
 from pipeline.render import dockerfile_path, spec_path
 from pipeline.stamp import validate_and_tag
-from pipeline.target import Target
+from pipeline.target import Target, Validation
 from pipeline.variants import REPO_ROOT, load_matrix, resolve
 from tests.image.conftest import HEADLESS_CHROMIUM, REGISTRY, ca_cert, need_chromium, registry_manifest
 
@@ -511,15 +511,11 @@ def test_registry_refusing_the_push_is_one_clear_error(docker, image, readonly_r
         docker.images.remove(f"{ref}:readonly")
 
 
-def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, report, tmp_path):
-    """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
-    moving ones wait in the report for a GPU proof of the pushed digest."""
-    from pipeline.publish import publish
-    from pipeline.target import Tagged, Validation
-    from tests.records import build_request
-
+def validation_of(report: dict, run_result, folder) -> Validation:
+    """The session run's validation as a Validation (what stamping hands the push), its SBOM copied to `folder`."""
     v = report["validation"]
-    validation = Validation(
+    shutil.copy(run_result.report_path.with_name(v["sbom"]["file"]), folder / v["sbom"]["file"])
+    return Validation(
         ok=v["ok"],
         gpu=v["gpu"],
         seconds=v["seconds"],
@@ -530,8 +526,18 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
         sbom=v["sbom"],
         audit=v["audit"],
         proof={**v["proof"], "smoke": v["smoke"], "ppo": v["ppo"]},
+        ran_in=v.get("ran_in", ""),
     )
-    shutil.copy(run_result.report_path.with_name(v["sbom"]["file"]), tmp_path / v["sbom"]["file"])
+
+
+def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, report, tmp_path):
+    """--hold-moving-tags (the release workflow): only the immutable tag reaches the registry; the
+    moving ones wait in the report for a GPU proof of the pushed digest."""
+    from pipeline.publish import publish
+    from pipeline.target import Tagged
+    from tests.records import build_request
+
+    validation = validation_of(report, run_result, tmp_path)
     variant = next(v for v in load_matrix().variants if v.is_default)
     ref = f"{REGISTRY}/proven-torch-test-held"
     tags = [f"held-{os.getpid()}-immutable", f"held-{os.getpid()}-moving", f"held-{os.getpid()}-latest"]
@@ -548,3 +554,30 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
     finally:
         for tag in tags:
             docker.images.remove(f"{ref}:{tag}")
+
+
+def test_the_push_signs_the_stamped_validation_record_not_the_file_changed_since(docker, run_result, report, sign_keys, tmp_path):
+    """Between stamping and the push's signing, validation.json in the report folder is made a GPU pass: the
+    signed test result is still the stamped record's (a CPU-only run's), which verify then shows."""
+    from pipeline import verify
+    from pipeline.attest import KeySource
+    from pipeline.publish import publish
+    from pipeline.target import Tagged
+    from tests.records import build_request
+
+    validation = validation_of(report, run_result, tmp_path)
+    assert not validation.gpu  # this host has no GPU: a GPU pass is what an attacker would write
+    forged = {**json.loads(validation.record()), "gpu": True, "validated_on": "linux/amd64: validated on a GPU"}
+    (tmp_path / "validation.json").write_text(json.dumps(forged))
+    variant = next(v for v in load_matrix().variants if v.is_default)
+    ref, tag = f"{REGISTRY}/proven-torch-test-swapped", f"swapped-{os.getpid()}"
+    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=[tag], validation=validation)
+    push.tag_image(docker, run_result.stamped_id, ref, [tag])
+    try:
+        request, facts = build_request(sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]))
+        publish(docker, tagged, _target(variant, tmp_path, ref), request, facts)
+        record = verify.verify(f"{ref}:{tag}", sign_keys["public"], verify.Policy())
+        assert record["images"][0]["test_result"]["validated_on"] == validation.validated_on
+        assert "validated on the CPU only" in validation.validated_on
+    finally:
+        docker.images.remove(f"{ref}:{tag}")

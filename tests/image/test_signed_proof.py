@@ -27,13 +27,13 @@ import pytest
 
 from pipeline import attest, push, referrers, registry, statements
 from pipeline.docker_env import find_build_cli
-from pipeline.records import Facts, Signable
+from pipeline.records import Facts
 from pipeline.signing import SignRequest, image_statements, index_statements, sign_command, sign_digest
 from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
 from tests.image.conftest import REGISTRY
 from tests.image.tiny_images import build_tiny
-from tests.records import proof_folder, proof_record, run_folder, stamp_label, validation, validation_files
+from tests.records import proof_folder, proof_record, run_folder, signable, stamp_label, validation, validation_files
 from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.image
@@ -177,7 +177,7 @@ def sign(sign_keys, tmp_path, ref: str, digest: str, image_id: str, platform: st
     clock = folder.pop("clock", "+0")
     run_folder(run_dir, ref=REF, digest=digest, image_id=image_id, platform=platform, tags=tags, **folder)
     with signer_clock(clock):
-        return sign_digest(key_of(sign_keys), client(), digest, image_statements(Signable.read(run_dir), Subject(REF, digest)))
+        return sign_digest(key_of(sign_keys), client(), digest, image_statements(signable(run_dir), Subject(REF, digest)))
 
 
 def client() -> registry.Registry:

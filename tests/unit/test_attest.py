@@ -17,11 +17,11 @@ import pytest
 
 from pipeline import attest, statements, verify
 from pipeline.errors import NotVerified, PushFailed, RegistryDataRefused, UsageError
-from pipeline.records import Facts, Signable
+from pipeline.records import Facts
 from pipeline.registry import parse_ref
 from pipeline.signed_statements import Provenance, Signed, TestResult, Vulns, read_statement
 from pipeline.statements import GPU_TESTS, PREDICATES, Subject
-from tests.records import validation
+from tests.records import signable, validation
 
 pytestmark = pytest.mark.unit
 
@@ -502,7 +502,7 @@ def test_attach_refuses_an_answer_whose_envelopes_name_another_key_than_it_says(
 
     digest = "sha256:" + "a" * 64
     run_folder(tmp_path / "run", ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
-    stmts = signing.image_statements(Signable.read(tmp_path / "run"), Subject("h/r", digest))
+    stmts = signing.image_statements(signable(tmp_path / "run"), Subject("h/r", digest))
     signing.write_prepared(tmp_path / "prepared", {"name": "h/r", "digest": digest}, stmts)
     signed = attest.sign(keypair[0], stmts)
     answer = {

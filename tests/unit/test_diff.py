@@ -11,11 +11,10 @@ import pytest
 
 from pipeline import attest, registry, statements
 from pipeline.diff import Side, compare, markdown, screen
-from pipeline.records import Signable
 from pipeline.signing import image_statements
 from pipeline.statements import Subject
 from tests.crafted_registry import REPO, Server, artifacts, list_referrers
-from tests.records import run_folder, validation
+from tests.records import run_folder, signable, validation
 
 pytestmark = pytest.mark.unit
 
@@ -102,7 +101,7 @@ def test_two_signed_images_are_compared_from_statements_and_manifests_without_a_
             folder = tmp_path / name
             run_folder(folder, ref=f"{server.host}/{REPO}", digest=digest, image_id=config, tags=(name,),
                        record=validation(), components=("pkg:pypi/torch@1.0.1", f"pkg:pypi/numpy@{numpy}"))  # fmt: skip
-            stmts = image_statements(Signable.read(folder), Subject(f"{server.host}/{REPO}", digest))
+            stmts = image_statements(signable(folder), Subject(f"{server.host}/{REPO}", digest))
             signed = attest.sign(attest.KeySource(private), stmts)
             kinds = [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed.envelopes, strict=True)]
             list_referrers(server, digest, artifacts(server, digest, kinds, "x"))

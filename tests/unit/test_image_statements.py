@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import statements
 from pipeline.push import plain_tag
-from pipeline.records import Facts, Signable
+from pipeline.records import Facts
 from pipeline.signing import index_statements
 from pipeline.statements import PREDICATES, Subject
 from pipeline.target import Validation
@@ -70,7 +70,7 @@ def test_the_signed_benchmarks_host_is_the_build_host_the_run_recorded_not_the_s
     records.run_folder(tmp_path, ref="h/r", digest=digest, image_id="sha256:" + "b" * 64)
     bench = next(
         s
-        for s in image_statements(Signable.read(tmp_path), Subject("h/r", digest))
+        for s in image_statements(records.signable(tmp_path), Subject("h/r", digest))
         if s["predicateType"] == PREDICATES["benchmark"]
     )
     assert bench["predicate"]["host"] == {"machine": "unknown", "system": "unknown"}
@@ -79,7 +79,7 @@ def test_the_signed_benchmarks_host_is_the_build_host_the_run_recorded_not_the_s
     (tmp_path / "facts.json").write_text(json.dumps(facts))
     bench = next(
         s
-        for s in image_statements(Signable.read(tmp_path), Subject("h/r", digest))
+        for s in image_statements(records.signable(tmp_path), Subject("h/r", digest))
         if s["predicateType"] == PREDICATES["benchmark"]
     )
     assert bench["predicate"]["host"] == {"machine": "riscv64", "system": "Linux-on-the-build-host"}

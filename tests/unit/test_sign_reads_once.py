@@ -133,3 +133,17 @@ def test_run_facts_swapped_after_the_tag_check_are_not_signed(server, tmp_path):
     assert swap.opened == 1
     assert "0.1-cu100" not in json.dumps(made["provenance"])
     assert json.loads((tmp_path / "prepared" / "facts.json").read_text())["tags"] == facts["tags"]
+
+
+def test_the_push_refuses_an_sbom_changed_since_its_validation_record_named_it(tmp_path):
+    """The push signs its run's own facts and validation record as it holds them; the SBOM is the one file it
+    reads back, and only the one the record names by hash."""
+    from pipeline.errors import NotVerified
+    from pipeline.records import Facts, Signable
+
+    report = run_folder(tmp_path, ref="h/r", digest="sha256:" + "a" * 64, image_id="sha256:" + "b" * 64)
+    facts, record = Facts.load(report.parent / "facts.json"), json.loads((report.parent / "validation.json").read_text())
+    assert Signable.of_run(tmp_path, facts, record).sbom["components"]
+    (tmp_path / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
+    with pytest.raises(NotVerified, match="is not the SBOM its validation record names"):
+        Signable.of_run(tmp_path, facts, record)

@@ -18,12 +18,11 @@ import pytest
 
 from pipeline import attest, push, registry, statements, verify
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
-from pipeline.records import Signable
 from pipeline.referrers import ENVELOPE_MEDIA_TYPE, PREDICATE_ANNOTATION
 from pipeline.signing import image_statements
 from pipeline.statements import Subject
 from tests.crafted_registry import REPO, Server, artifacts, drip, list_referrers
-from tests.records import run_folder, validation
+from tests.records import run_folder, signable, validation
 from tests.signer_clock import signer_clock
 
 pytestmark = pytest.mark.unit
@@ -58,7 +57,7 @@ def envelopes(keys, tmp_path: Path, digest: str, config: str, days_ago: int, gpu
     ((kind, envelope) each, the run id the signer stamped)."""
     folder = tmp_path / f"run-{days_ago}-{gpu}"
     run_folder(folder, ref=f"h/{REPO}", digest=digest, image_id=config, record=validation(gpu=gpu))
-    stmts = image_statements(Signable.read(folder), Subject(f"h/{REPO}", digest))
+    stmts = image_statements(signable(folder), Subject(f"h/{REPO}", digest))
     with signer_clock(f"-{days_ago}d"):
         signed = attest.sign(keys[0], stmts)
     return [(str(statements.kind_of(s["predicateType"])), e) for s, e in zip(stmts, signed.envelopes, strict=True)], signed.run
