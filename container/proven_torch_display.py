@@ -318,8 +318,9 @@ def _hide_menu(viewer) -> None:
 
 def _patch_mujoco_viewer(module) -> None:
     """gymnasium's MuJoCo viewer opens with its help menu hidden (it covered half the window); H shows it."""
-    _emptied_when_refused(module.WindowViewer, "window", None, after=_hide_menu)
-    _emptied_when_refused(module.OffScreenViewer, "opengl_context", _NoContext())
+    window_viewer, offscreen_viewer = module.WindowViewer, module.OffScreenViewer  # both there, or neither wrapped
+    _emptied_when_refused(window_viewer, "window", None, after=_hide_menu)
+    _emptied_when_refused(offscreen_viewer, "opengl_context", _NoContext())
 
 
 PATCHES = {

@@ -5,12 +5,14 @@ the path between them: docs/architecture.md ("The publish path").
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from pipeline import push, registry, run_facts
-from pipeline.errors import PipelineError
-from pipeline.records import FACTS, Facts, Signable, write
+from pipeline import labels, push, registry, run_facts
+from pipeline.errors import NotVerified, PipelineError
+from pipeline.records import Facts, Signable, write
 from pipeline.request import Request
 from pipeline.signing import image_statements, index_statements, sign_digest
 from pipeline.statements import Subject
@@ -28,6 +30,7 @@ class Pushed:
     compressed_bytes: dict[str, int]  # per compression pushed ("gzip", "zstd"), as the registry's manifest says
     held_tags: tuple[str, ...] = ()  # moving tags not pushed (--hold-moving-tags): a later step moves them
     signed: tuple[dict, ...] = ()  # sign_digest's record per pushed digest; empty: unsigned
+    facts: Facts | None = None  # the run facts this push wrote (facts.json), as the run holds them: the index signs them
 
     def as_dict(self) -> dict:
         return {
@@ -56,11 +59,11 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     signed: list[dict] = []
     zstd_digest = None
     key = request.sign_key
+    records = stamped_records(client, tagged, target.run_dir, written) if key else None  # refused before a push
     destination = registry.Registry(registry.parse_ref(f"{target.ref}:{tagged.tags[0]}"))  # one session, one login
 
     def sign_what_is_pushed() -> None:
-        assert key is not None
-        records = Signable.of_run(target.run_dir, written, json.loads(tagged.validation.record()))  # what was stamped
+        assert key is not None and records is not None
         for digest in dict.fromkeys(refs.values()):
             stmts = image_statements(records, Subject(target.ref, digest))
             signed.append(sign_digest(key, destination, digest, stmts))
@@ -93,11 +96,25 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
         if form not in compressed and (size := registry.compressed_bytes(destination, remote)) is not None:
             compressed[form] = size
             print(f"==> compressed size in the registry ({form}): {size / 1e9:.2f} GB", flush=True)
-    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held, signed=tuple(signed))
+    pushed = Pushed(refs=refs, sbom=sbom_where, compressed_bytes=compressed, held_tags=held, signed=tuple(signed), facts=written)
     if held:
         print(f"==> held back (not pushed): {', '.join(held)}; move them once the pushed digest is proven", flush=True)
     target.write_report(tagged.validated_id, tagged.validation, "pushed", tagged.tags, pushed, stamped_id=tagged.stamped_id)
     return pushed
+
+
+def stamped_records(client, tagged: Tagged, folder: Path, facts: Facts) -> Signable:
+    """What the push signs: the validation record as the run holds it, refused unless its hash is the image's
+    stamped label (so only the record the image was stamped with is signed), the facts this push wrote, and
+    the SBOM that record names."""
+    record = tagged.validation.record()
+    label = (client.images.get(tagged.stamped_id).labels or {}).get(labels.VALIDATION_SHA256)
+    if hashlib.sha256(record).hexdigest() != label:
+        raise NotVerified(
+            f"{tagged.stamped_id[:19]}…: the validation record to sign is not the one the image was stamped with: "
+            "nothing pushed or signed"
+        )
+    return Signable.of_run(folder, facts, json.loads(record))
 
 
 # --------------------------------------------------------------------------- a multi-arch line's index
@@ -106,7 +123,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
 def publish_index(results: dict[str, tuple[Target, Tagged, Pushed]], request: Request) -> dict[str, str]:
     """The plain tags as one multi-arch index over the per-architecture images just pushed (immutable tag
     first; with a key, the index is signed before any moving tag names it)."""
-    first_target, first, _ = results[request.variant.platforms[0]]
+    first_target, first, first_pushed = results[request.variant.platforms[0]]
     ref = first_target.ref
     if any(tagged.line_tags != first.line_tags for _, tagged, _ in results.values()):
         raise PipelineError("the architectures' images report different torch, CUDA or Python; no multi-arch tag moved")
@@ -123,9 +140,9 @@ def publish_index(results: dict[str, tuple[Target, Tagged, Pushed]], request: Re
             {"platform": c.platform, "digest": c.digest, "validation": results[c.platform][1].validation.as_dict()}
             for c in ordered
         ]
-        recorded = Facts.load(first_target.run_dir / FACTS)
+        assert first_pushed.facts is not None  # publish() writes them before it pushes
         digest = index[f"{ref}:{line_tags[0]}"]
-        stmts = index_statements(Subject(ref, digest), recorded, first.line_tags, about)
+        stmts = index_statements(Subject(ref, digest), first_pushed.facts, first.line_tags, about)
         client = registry.Registry(registry.parse_ref(f"{ref}@{digest}"))
         signed = sign_digest(request.sign_key, client, digest, stmts)
     index |= {f"{ref}:{tag}": push.push_index(ref, tag, ordered) for tag in line_tags[1:]}

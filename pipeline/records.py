@@ -88,13 +88,12 @@ def load(path: Path, what: str) -> dict:
 def read_bytes(path: Path, what: str) -> bytes:
     """A run file's bytes, read once (what is hashed is what is parsed); a link or a missing file is one line."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as err:
+        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as err:  # a folder too (EISDIR, at the read)
         if err.errno == errno.ELOOP:
             raise UsageError(f"{path}: the {what} is a symbolic link; give the file itself") from None
         raise UsageError(f"{path}: cannot read the {what} ({err.strerror})") from None
-    with open(fd, "rb") as f:
-        data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise UsageError(f"{path}: the {what} is over {MAX_BYTES >> 20} MiB: not a run file")
     return data
@@ -328,17 +327,21 @@ def sbom_name(validation: dict) -> str:
 
 
 def _stamped(path: Path, what: str, sha256: object) -> dict | None:
-    """The run file at `path`, parsed from the bytes that hash to `sha256`; None when they do not."""
-    data = read_bytes(path, what)
+    """The run file at `path`, parsed from the bytes that hash to `sha256`; None when they do not, or when
+    there are none to read (missing, a link, a folder)."""
+    try:
+        data = read_bytes(path, what)
+    except UsageError:
+        return None
     return parse(data, path, what) if hashlib.sha256(data).hexdigest() == sha256 else None
 
 
-def bind(pushed: Registered, report: Report, facts: Facts, proof_path: Path | None, require_gpu: bool) -> tuple[Signable, Proof]:
+def bind(pushed: Registered, report: Report, facts: Facts, later: Proof | None, require_gpu: bool) -> tuple[Signable, Proof]:
     """`build.py sign`'s check before anything is signed: refused unless the pushed digest, the report, the
-    facts, the stamped validation record, its SBOM and the proof (the build's own, or the later one at
-    `proof_path`) all name one image and one line, and the proof passed and lists every check (with
-    require_gpu, every GPU check and the GPU gate too). Returns what it checked, each file parsed from the
-    bytes that were checked: what is signed is what was bound, whatever changes in the folder meanwhile."""
+    facts, the stamped validation record, its SBOM and the proof (`later`'s, else the build's own) all name
+    one image and one line, and the proof passed and lists every check (with require_gpu, every GPU check and
+    the GPU gate too). Returns what it checked, each file parsed from the bytes that were checked: what is
+    signed is what was bound, whatever changes in the folder meanwhile."""
     digest, config = pushed.digest, pushed.config
     if digest not in report.pushed.values() or report.status != "pushed":
         names = ", ".join(report.pushed.values()) or "none"
@@ -361,7 +364,7 @@ def bind(pushed: Registered, report: Report, facts: Facts, proof_path: Path | No
     sbom = _stamped(sbom_file, "SBOM", (validation.get("sbom") or {}).get("sha256"))
     if sbom is None:
         raise NotVerified(f"sign refused: {sbom_file} is not the SBOM the stamped validation record names")
-    proof = Proof.later(proof_path) if proof_path else Proof.of_build(validation, validation_file)
+    proof = later or Proof.of_build(validation, validation_file)
     expected = report.validated_image_id if proof.own else config
     if proof.ran_in != expected:
         raise NotVerified(

@@ -19,7 +19,7 @@ from pipeline import attest, push, referrers, registry, statements
 from pipeline.build_image import SOURCE
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.labels import VALIDATION_SHA256, VERSION
-from pipeline.records import FACTS, Facts, Registered, Report, Signable, bind, load, write
+from pipeline.records import FACTS, Facts, Proof, Registered, Report, Signable, bind, load, write
 from pipeline.statements import Subject, statement
 from pipeline.variants import Variant, load_matrix
 
@@ -150,12 +150,13 @@ def sign_command(req: SignRequest) -> list[str]:
         raise UsageError(f"{ref}: sign a digest (HOST/REPO@sha256:...), the one the build pushed, not a tag")
     report = Report.load(req.report)
     facts = Facts.load(report.folder / FACTS)
+    later = Proof.later(req.proof) if req.proof else None
     client = registry.Registry(ref, registry.Deadline(req.timeout))
     try:
         pushed = registered(client, ref.reference)
     except RegistryDataRefused as err:
         raise UsageError(f"{ref}: {err}") from None
-    records, proof = bind(pushed, report, facts, req.proof, req.require_gpu)  # each file read once, from here on
+    records, proof = bind(pushed, report, facts, later, req.require_gpu)  # each file read once, from here on
     check_tags(pushed, facts, load_matrix().line(report.line), report.folder / FACTS)
     if req.key is not None:
         attest.check_key(req.key)

@@ -581,3 +581,28 @@ def test_the_push_signs_the_stamped_validation_record_not_the_file_changed_since
         assert "validated on the CPU only" in validation.validated_on
     finally:
         docker.images.remove(f"{ref}:{tag}")
+
+
+def test_a_validation_record_that_is_not_the_stamped_one_is_neither_pushed_nor_signed(
+    docker, run_result, report, sign_keys, tmp_path
+):
+    """The push signs only the record the image carries the hash of (its stamped label): another one (here a
+    GPU pass the CPU run never made) is refused before anything is pushed."""
+    from pipeline.attest import KeySource
+    from pipeline.errors import NotVerified
+    from pipeline.publish import publish
+    from pipeline.target import Tagged
+    from tests.records import build_request
+
+    validation = dataclasses.replace(validation_of(report, run_result, tmp_path), gpu=True)
+    variant = next(v for v in load_matrix().variants if v.is_default)
+    ref, tag = f"{REGISTRY}/proven-torch-test-unstamped", f"unstamped-{os.getpid()}"
+    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=[tag], validation=validation)
+    push.tag_image(docker, run_result.stamped_id, ref, [tag])
+    try:
+        request, facts = build_request(sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]))
+        with pytest.raises(NotVerified, match="not the one the image was stamped with: nothing pushed or signed"):
+            publish(docker, tagged, _target(variant, tmp_path, ref), request, facts)
+        assert registry_manifest(f"{ref}:{tag}").status_code == 404
+    finally:
+        docker.images.remove(f"{ref}:{tag}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from pipeline.signing import SignRequest, sign_command
 from tests.crafted_registry import REPO, Server
 from tests.records import run_folder, stamp_label, validation, validation_files
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]  # a reader left waiting on the pipe fails, never hangs
 
 TAG = "2.9-cu128"
 
@@ -39,11 +40,14 @@ class Swapped:
 
     def serve(self) -> None:
         while not self.stop.is_set():
-            with open(self.path, "wb") as pipe:  # waits for a reader
-                if self.stop.is_set():
-                    return
-                self.opened += 1
-                pipe.write(self.first if self.opened == 1 else self.later)
+            try:
+                with open(self.path, "wb") as pipe:  # waits for a reader
+                    if self.stop.is_set():
+                        return
+                    self.opened += 1
+                    pipe.write(self.first if self.opened == 1 else self.later)
+            except BrokenPipeError:  # that reader stopped early
+                pass
             while self.reader_still_open():  # the next writer would add to this reader's bytes
                 time.sleep(0.005)
 
@@ -58,8 +62,11 @@ class Swapped:
 
     def close(self) -> None:
         self.stop.set()
-        os.close(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK))  # lets a writer waiting for a reader go on
-        self.thread.join(5)
+        deadline = time.monotonic() + 5
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            reader = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # lets a writer waiting for a reader go on
+            self.thread.join(0.05)
+            os.close(reader)
 
 
 @pytest.fixture
@@ -147,3 +154,17 @@ def test_the_push_refuses_an_sbom_changed_since_its_validation_record_named_it(t
     (tmp_path / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
     with pytest.raises(NotVerified, match="is not the SBOM its validation record names"):
         Signable.of_run(tmp_path, facts, record)
+
+
+def test_a_run_file_that_is_a_folder_a_link_or_missing_is_one_line_exit_2(tmp_path):
+    """`sign --proof DIR` (proof --out wrote DIR/proof.json) is a likely slip: one line, never a traceback."""
+    from pipeline.errors import UsageError
+    from pipeline.records import load
+
+    (tmp_path / "folder.json").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "folder.json")
+    cases = {"folder.json": "cannot read the proof record (Is a directory)", "link.json": "is a symbolic link"}
+    for name, said in {**cases, "missing.json": "cannot read the proof record (No such file"}.items():
+        with pytest.raises(UsageError, match=re.escape(said)) as err:
+            load(tmp_path / name, "proof record")
+        assert err.value.exit_code == 2 and "\n" not in str(err.value)
