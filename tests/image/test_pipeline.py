@@ -7,6 +7,7 @@ stages bad images, bad registries and interrupts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -556,31 +557,40 @@ def test_held_moving_tags_are_not_pushed_and_are_recorded(docker, run_result, re
             docker.images.remove(f"{ref}:{tag}")
 
 
-def test_the_push_signs_the_stamped_validation_record_not_the_file_changed_since(docker, run_result, report, sign_keys, tmp_path):
-    """Between stamping and the push's signing, validation.json in the report folder is made a GPU pass: the
-    signed test result is still the stamped record's (a CPU-only run's), which verify then shows."""
-    from pipeline import verify
+@contextlib.contextmanager
+def signed_push(docker, run_result, sign_keys, tmp_path, validation: Validation, name: str):
+    """The session's stamped image handed to publish with `validation` and the session's key, under
+    REGISTRY/proven-torch-test-NAME: yields (the push to make, the image's ref:tag); the local tag removed after."""
     from pipeline.attest import KeySource
     from pipeline.publish import publish
     from pipeline.target import Tagged
     from tests.records import build_request
 
+    variant = next(v for v in load_matrix().variants if v.is_default)
+    ref, tag = f"{REGISTRY}/proven-torch-test-{name}", f"{name}-{os.getpid()}"
+    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=[tag], validation=validation)
+    request, facts = build_request(sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]))
+    push.tag_image(docker, run_result.stamped_id, ref, [tag])
+    try:
+        yield (lambda: publish(docker, tagged, _target(variant, tmp_path, ref), request, facts)), f"{ref}:{tag}"
+    finally:
+        docker.images.remove(f"{ref}:{tag}")
+
+
+def test_the_push_signs_the_stamped_validation_record_not_the_file_changed_since(docker, run_result, report, sign_keys, tmp_path):
+    """Between stamping and the push's signing, validation.json in the report folder is made a GPU pass: the
+    signed test result is still the stamped record's (a CPU-only run's), which verify then shows."""
+    from pipeline import verify
+
     validation = validation_of(report, run_result, tmp_path)
     assert not validation.gpu  # this host has no GPU: a GPU pass is what an attacker would write
     forged = {**json.loads(validation.record()), "gpu": True, "validated_on": "linux/amd64: validated on a GPU"}
     (tmp_path / "validation.json").write_text(json.dumps(forged))
-    variant = next(v for v in load_matrix().variants if v.is_default)
-    ref, tag = f"{REGISTRY}/proven-torch-test-swapped", f"swapped-{os.getpid()}"
-    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=[tag], validation=validation)
-    push.tag_image(docker, run_result.stamped_id, ref, [tag])
-    try:
-        request, facts = build_request(sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]))
-        publish(docker, tagged, _target(variant, tmp_path, ref), request, facts)
-        record = verify.verify(f"{ref}:{tag}", sign_keys["public"], verify.Policy())
-        assert record["images"][0]["test_result"]["validated_on"] == validation.validated_on
-        assert "validated on the CPU only" in validation.validated_on
-    finally:
-        docker.images.remove(f"{ref}:{tag}")
+    with signed_push(docker, run_result, sign_keys, tmp_path, validation, "swapped") as (push_it, image):
+        push_it()
+        record = verify.verify(image, sign_keys["public"], verify.Policy())
+    assert record["images"][0]["test_result"]["validated_on"] == validation.validated_on
+    assert "validated on the CPU only" in validation.validated_on
 
 
 def test_a_validation_record_that_is_not_the_stamped_one_is_neither_pushed_nor_signed(
@@ -588,21 +598,10 @@ def test_a_validation_record_that_is_not_the_stamped_one_is_neither_pushed_nor_s
 ):
     """The push signs only the record the image carries the hash of (its stamped label): another one (here a
     GPU pass the CPU run never made) is refused before anything is pushed."""
-    from pipeline.attest import KeySource
     from pipeline.errors import NotVerified
-    from pipeline.publish import publish
-    from pipeline.target import Tagged
-    from tests.records import build_request
 
     validation = dataclasses.replace(validation_of(report, run_result, tmp_path), gpu=True)
-    variant = next(v for v in load_matrix().variants if v.is_default)
-    ref, tag = f"{REGISTRY}/proven-torch-test-unstamped", f"unstamped-{os.getpid()}"
-    tagged = Tagged(validated_id=run_result.validated_id, stamped_id=run_result.stamped_id, tags=[tag], validation=validation)
-    push.tag_image(docker, run_result.stamped_id, ref, [tag])
-    try:
-        request, facts = build_request(sign_key=KeySource(sign_keys["private"], sign_keys["passphrase"]))
+    with signed_push(docker, run_result, sign_keys, tmp_path, validation, "unstamped") as (push_it, image):
         with pytest.raises(NotVerified, match="not the one the image was stamped with: nothing pushed or signed"):
-            publish(docker, tagged, _target(variant, tmp_path, ref), request, facts)
-        assert registry_manifest(f"{ref}:{tag}").status_code == 404
-    finally:
-        docker.images.remove(f"{ref}:{tag}")
+            push_it()
+    assert registry_manifest(image).status_code == 404
