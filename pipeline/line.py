@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import attest, build_image, docker_env, hostprocs, publish, push, run_facts, stamp
+from pipeline import attest, build_image, docker_env, hostprocs, publish, push, records, run_facts, stamp
 from pipeline.errors import Interrupted, PipelineError
 from pipeline.publish import Pushed
 from pipeline.request import Request, check_push_target, check_request, host_platform
@@ -138,7 +138,7 @@ def run(config: Request) -> RunResult:
     now = dt.datetime.now(dt.UTC)
     created = now.strftime("%Y-%m-%dT%H:%M:%SZ")  # when the run started; an image's created label is its inputs' time
     commit = git_commit()
-    revision = "nogit" if commit == "nogit" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+    revision = records.revision(commit)
     run_dir = config.report_dir / variant.name / f"{now:%Y%m%dT%H%M%SZ}"
     facts = (  # what the push's provenance says of the run, gathered once
         run_facts.gather(client, cli.description, list(config.command or sys.argv), commit, created) if config.push else None

@@ -14,6 +14,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,6 +32,12 @@ from pipeline.variants import PLATFORMS, arch
 # tags, so no runtime meets a tag it cannot pull, and a zstd form of each under ZSTD_SUFFIX.
 COMPRESSIONS = ("gzip", "zstd", "both")
 ZSTD_SUFFIX = "-zstd"
+# An immutable tag (stamp.compute_tags): torch, CUDA and Python, date, revision (records.revision), a flavor's
+# name, and a multi-arch line's architecture (arch_tag); the flavor never ends the tag in an architecture's name.
+IMMUTABLE = re.compile(
+    r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)"
+    r"(?P<flavor>-(?!(?:amd64|arm64)$)[a-z][a-z0-9]*)?(?P<arch>-(?:amd64|arm64))?$"
+)
 ZSTD_LEVEL = 3
 
 

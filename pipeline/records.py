@@ -311,15 +311,19 @@ class Signable:
 
     @classmethod
     def of_run(cls, folder: Path, facts: Facts, validation: dict) -> Signable:
-        """A run's own records as it holds them (the push signs in the run that wrote them), the SBOM read once
-        from its report folder and refused unless it is the one `validation` names by hash."""
+        """The run's facts and its stamped validation record, with the SBOM read once from the report folder and
+        refused unless it is the one the record names by hash (the push's records, and `build.py sign`'s)."""
         sbom_file = folder / sbom_name(validation)
         sbom = _stamped(sbom_file, "SBOM", (validation.get("sbom") or {}).get("sha256"))
         if sbom is None:
-            raise NotVerified(
-                f"{sbom_file} is not the SBOM its validation record names (changed since it was written): nothing signed"
-            )
+            raise NotVerified(f"sign refused: {sbom_file} is not the SBOM the stamped validation record names: nothing signed")
         return cls(facts, validation, sbom)
+
+
+def revision(commit: str) -> str:
+    """The revision a build's immutable tag names (push.IMMUTABLE's `rev`): its commit's first 7 hex digits,
+    "-dirty" kept, or "nogit"."""
+    return "nogit" if commit == "nogit" else commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
 def sbom_name(validation: dict) -> str:
@@ -360,10 +364,13 @@ def bind(pushed: Registered, report: Report, facts: Facts, later: Proof | None, 
             f"sign refused: {validation_file} is not the validation record {digest[:19]}… was stamped with (its config's "
             "label names another, or none): an edited record, or an image this pipeline did not stamp"
         )
-    sbom_file = report.folder / sbom_name(validation)
-    sbom = _stamped(sbom_file, "SBOM", (validation.get("sbom") or {}).get("sha256"))
-    if sbom is None:
-        raise NotVerified(f"sign refused: {sbom_file} is not the SBOM the stamped validation record names")
+    stamped = ((validation.get("proof") or {}).get("variant"), validation.get("platform"))
+    if stamped != (report.line, facts.platform):
+        raise NotVerified(
+            f"sign refused: {digest[:19]}… was validated as line {stamped[0]} on {stamped[1]} (its stamped record), but "
+            f"the report and facts name {report.line} on {facts.platform}: an edited record"
+        )
+    signable = Signable.of_run(report.folder, facts, validation)
     proof = later or Proof.of_build(validation, validation_file)
     expected = report.validated_image_id if proof.own else config
     if proof.ran_in != expected:
@@ -385,4 +392,4 @@ def bind(pushed: Registered, report: Report, facts: Facts, later: Proof | None, 
             f"{proof.path}: not a GPU proof ({', '.join(missing)} did not pass: the CPU only?) and --require-gpu "
             "was given: nothing signed"
         )
-    return Signable(facts, validation, sbom), proof
+    return signable, proof

@@ -19,7 +19,7 @@ from pipeline import attest, push, referrers, registry, statements
 from pipeline.build_image import SOURCE
 from pipeline.errors import NotVerified, PipelineError, PushFailed, RegistryDataRefused, UsageError
 from pipeline.labels import VALIDATION_SHA256, VERSION
-from pipeline.records import FACTS, Facts, Proof, Registered, Report, Signable, bind, load, write
+from pipeline.records import FACTS, Facts, Proof, Registered, Report, Signable, bind, load, revision, write
 from pipeline.statements import Subject, statement
 from pipeline.variants import Variant, load_matrix
 
@@ -124,20 +124,31 @@ def registered(client: registry.Registry, digest: str) -> Registered:
 
 def check_tags(pushed: Registered, facts: Facts, line: Variant, facts_path: Path) -> None:
     """The tags the signed provenance will name, and `verify` accept the image under: the immutable tag first,
-    the one the registry's image is stamped with, then only the line's moving tags (each also in its zstd and
-    per-architecture forms). Refused otherwise: an edited facts.json would put the proven image under
-    another line's tag."""
-    plain = [push.plain_tag(tag.removesuffix(push.ZSTD_SUFFIX)) for tag in facts.tags]
+    the one the registry's image is stamped with, then only the line's moving tags (each also in its zstd form,
+    and in its per-architecture form for the facts' own platform only); and the commit, the one that
+    immutable tag names. Refused otherwise: an edited facts.json would put the proven image under another
+    line's tag or another architecture's, or name a commit that did not build it."""
+    unzipped = [tag.removesuffix(push.ZSTD_SUFFIX) for tag in facts.tags]
+    plain = [push.plain_tag(tag) for tag in unzipped]
     if not plain or pushed.version is None or plain[0] != pushed.version:
         raise NotVerified(
             f"sign refused: {facts_path} names {plain[0] if plain else 'no tag'} first, but {pushed.digest[:19]}… is "
             f"stamped {pushed.version or 'with no version'}: an edited or foreign record"
         )
     other = sorted({tag for tag in plain if tag not in (pushed.version, *line.moving_tags)})
+    other += sorted(
+        {tag for tag, bare in zip(unzipped, plain, strict=True) if tag not in (bare, push.arch_tag(bare, facts.platform))}
+    )
     if other:
         raise NotVerified(
-            f"sign refused: {facts_path} names {', '.join(other)}, not tags of line {line.name} "
+            f"sign refused: {facts_path} names {', '.join(other)}, not tags of line {line.name} on {facts.platform} "
             f"({pushed.version}, {', '.join(line.moving_tags)}): an edited record"
+        )
+    named = push.IMMUTABLE.match(pushed.version)
+    if named is not None and named["rev"] != revision(facts.commit):
+        raise NotVerified(
+            f"sign refused: {facts_path} names commit {facts.commit[:12]}, but {pushed.digest[:19]}… is stamped "
+            f"{pushed.version}, built at {named['rev']}: an edited record"
         )
 
 
@@ -207,7 +218,15 @@ def index_command(ref: registry.ImageRef, children: list[Path], prepare: Path, t
             f"sign refused: {ref} lists {', '.join(sorted(listed))[:200]}, but the prepared children name "
             f"{', '.join(sorted(named))[:200]} of line(s) {', '.join(sorted(lines))}"
         )
-    facts = Facts.read(load(children[0] / "facts.json", "child's run facts"), children[0] / "facts.json")
+    facts_path = children[0] / FACTS
+    facts = Facts.read(load(facts_path, "child's run facts"), facts_path)
+    first = registered(client, str(about[0].get("digest")))  # the provenance's tags: bound as `sign` binds a child's
+    if facts.stamped_image_id != first.config or {facts.line} != lines:
+        raise NotVerified(
+            f"sign refused: {facts_path} names image {facts.stamped_image_id[:19]}… of line {facts.line}, but its child "
+            f"{first.digest[:19]}… is image {first.config[:19]}… of line(s) {', '.join(sorted(lines))}: an edited record"
+        )
+    check_tags(first, facts, load_matrix().line(facts.line), facts_path)
     tags = [push.plain_tag(t) for t in facts.tags]
     stmts = index_statements(Subject(ref.name, ref.reference), facts, tags, about)
     subject = {"name": ref.name, "digest": ref.reference, "variant": facts.line, "children": sorted(named)}

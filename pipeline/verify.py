@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.rules import STALE_AFTER_DAYS
-from pipeline import attest, referrers, registry
+from pipeline import attest, push, referrers, registry
 from pipeline.errors import NotVerified, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.labels import VALIDATION as VALIDATION_LABEL
 from pipeline.signed_statements import Benchmark, Provenance, Signed, TestResult, Vulns, read_statement
@@ -278,24 +277,18 @@ class Verifier:
                 )
 
 
-# An immutable tag (stamp.compute_tags): torch, CUDA and Python, date, revision, a flavor's name, and a
-# multi-arch line's architecture (push.arch_tag); the flavor never ends the tag in an architecture's name.
-IMMUTABLE = re.compile(
-    r"^(?P<stem>.+)-(?P<date>\d{8})-(?P<rev>[0-9a-f]{7}(?:-dirty)?)"
-    r"(?P<flavor>-(?!(?:amd64|arm64)$)[a-z][a-z0-9]*)?(?P<arch>-(?:amd64|arm64))?$"
-)
 NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
 
 
 def newer_builds(own: str, tags: list[str]) -> list[str]:
     """The immutable tags of `own`'s line (its torch build, flavor and architecture) dated no earlier than it,
     newest first, at most NEWER_CHECKED; none when `own` is not an immutable tag."""
-    mine = IMMUTABLE.match(own)
+    mine = push.IMMUTABLE.match(own)
     if mine is None:
         return []
     same = [
         m
-        for m in map(IMMUTABLE.match, tags)
+        for m in map(push.IMMUTABLE.match, tags)
         if m
         and (m["stem"], m["flavor"], m["arch"]) == (mine["stem"], mine["flavor"], mine["arch"])
         and m["date"] >= mine["date"]

@@ -528,7 +528,7 @@ def test_sign_names_only_the_stamped_immutable_tag_and_the_lines_moving_tags(mat
 
     line = next(v for v in matrix.variants if v.is_default)
     other = next(v for v in matrix.variants if not v.is_default)
-    pushed = Registered("sha256:" + "a" * 64, "sha256:" + "b" * 64, None, "imm-20261206-abcdef0")
+    pushed = Registered("sha256:" + "a" * 64, "sha256:" + "b" * 64, None, "imm-20261206-0000000")  # run_folder's commit
     path = tmp_path / "facts.json"
 
     def facts(name: str, *tags: str) -> Facts:
@@ -537,11 +537,12 @@ def test_sign_names_only_the_stamped_immutable_tag_and_the_lines_moving_tags(mat
 
     whole = (pushed.version, f"{pushed.version}-zstd", *line.moving_tags, *(f"{t}-zstd" for t in line.moving_tags))
     check_tags(pushed, facts("whole", *whole), line, path)
-    check_tags(pushed, facts("arch", f"{pushed.version}-arm64", f"{line.name}-arm64-zstd"), line, path)
+    check_tags(pushed, facts("arch", f"{pushed.version}-amd64", f"{line.name}-amd64-zstd"), line, path)  # its platform's
     for tags, said in (
         ((pushed.version, other.name), f"names {other.name}, not tags of line {line.name}"),
         ((line.name, pushed.version), f"names {line.name} first"),
-        (("imm-20261207-abcdef0",), "names imm-20261207-abcdef0 first"),
+        (("imm-20261207-0000000",), "names imm-20261207-0000000 first"),
+        ((f"{pushed.version}-arm64",), f"names {pushed.version}-arm64, not tags of line {line.name} on linux/amd64"),
     ):
         with pytest.raises(NotVerified, match=said):
             check_tags(pushed, facts("refused", *tags), line, path)
@@ -549,3 +550,6 @@ def test_sign_names_only_the_stamped_immutable_tag_and_the_lines_moving_tags(mat
         check_tags(pushed, facts("latest", pushed.version, "latest"), other, path)
     with pytest.raises(NotVerified, match="stamped with no version"):
         check_tags(Registered(pushed.digest, pushed.config, None), facts("unstamped", pushed.version), line, path)
+    built_elsewhere = Registered(pushed.digest, pushed.config, None, "imm-20261206-abcdef0")
+    with pytest.raises(NotVerified, match="names commit 000000000000, but .* is stamped imm-20261206-abcdef0, built at abcdef0"):
+        check_tags(built_elsewhere, facts("commit", built_elsewhere.version), line, path)

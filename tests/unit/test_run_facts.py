@@ -47,3 +47,16 @@ def test_git_commit_is_the_full_commit_marked_dirty_by_tracked_changes():
     commit = git_commit()
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit), commit
     assert commit == head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
+
+
+@pytest.mark.parametrize(
+    ("commit", "named"),
+    [("0123456789abcdef" * 2 + "01234567", "0123456"), ("abcdef0" + "1" * 33 + "-dirty", "abcdef0-dirty"), ("nogit", "nogit")],
+)
+def test_the_revision_an_immutable_tag_names_is_the_commits_first_seven_digits(commit, named):
+    """What line.run puts in every immutable tag and `sign` checks facts.json's commit against (push.IMMUTABLE)."""
+    from pipeline import push
+    from pipeline.records import revision
+
+    assert revision(commit) == named
+    assert (push.IMMUTABLE.match(f"2.0.0-cu100-py3.0-20261206-{named}") is not None) == (named != "nogit")

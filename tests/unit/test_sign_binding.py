@@ -1,8 +1,10 @@
-"""`build.py sign` against a report folder that changes while it signs. Each record is read once and the
-statements are made from the bytes that were checked, so a record swapped right after its check is not what
-is signed. The swap is played by a file that answers its first reader with the stamped record and every
-later one with a forged record (a named pipe fed by a thread: the attacker who can write the report folder),
-against a crafted registry holding the image stamped with the genuine record's hash."""
+"""`build.py sign` binds what it signs to what was checked. A report folder that changes while it signs:
+each record is read once and the statements are made from the bytes that were checked, so a record swapped
+right after its check is not what is signed. The swap is played by a file that answers its first reader with
+the stamped record and every later one with a forged record (a named pipe fed by a thread: the attacker who
+can write the report folder). And a report folder edited before it signs: the line and platform it names
+must be the stamped record's. All against a crafted registry holding the image stamped with the genuine
+record's hash."""
 
 from __future__ import annotations
 
@@ -152,7 +154,7 @@ def test_the_push_refuses_an_sbom_changed_since_its_validation_record_named_it(t
     facts, record = Facts.load(report.parent / "facts.json"), json.loads((report.parent / "validation.json").read_text())
     assert Signable.of_run(tmp_path, facts, record).sbom["components"]
     (tmp_path / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": []}))
-    with pytest.raises(NotVerified, match="is not the SBOM its validation record names"):
+    with pytest.raises(NotVerified, match="is not the SBOM the stamped validation record names"):
         Signable.of_run(tmp_path, facts, record)
 
 
@@ -168,3 +170,29 @@ def test_a_run_file_that_is_a_folder_a_link_or_missing_is_one_line_exit_2(tmp_pa
         with pytest.raises(UsageError, match=re.escape(said)) as err:
             load(tmp_path / name, "proof record")
         assert err.value.exit_code == 2 and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "proof_line"),
+    [
+        ({"line": "2.11-cu130", "tags": [TAG, "2.11-cu130"]}, "2.11-cu130"),  # another line, its proof written to match
+        ({"platform": "linux/arm64", "tags": [f"{TAG}-arm64"]}, TAG),  # another architecture
+    ],
+)
+def test_a_report_edited_to_name_another_line_or_platform_than_the_stamped_record_is_refused(server, tmp_path, edit, proof_line):
+    """The report and facts are the caller's files, and so is a later proof: only the stamped validation
+    record says which line and platform ran. Before, a 2.9-cu128 image signed as 2.11-cu130 (or as arm64)."""
+    from pipeline.errors import NotVerified
+    from tests.records import proof_folder
+
+    report, digest = pushed_build(server, tmp_path / "run")
+    facts_path, data = report.parent / "facts.json", json.loads(report.read_text())
+    facts = json.loads(facts_path.read_text())
+    facts_path.write_text(json.dumps({**facts, **edit}))
+    report.write_text(json.dumps({**data, "variant": edit.get("line", data["variant"])}))
+    proof = proof_folder(tmp_path / "proof", facts["stamped_image_id"], gpu=True, line=proof_line)
+    ref = registry.parse_ref(f"{server.host}/{REPO}@{digest}")
+    request = SignRequest(ref=ref, report=report, key=None, proof=proof, require_gpu=True, prepare=tmp_path / "out")
+    with pytest.raises(NotVerified, match=f"was validated as line {TAG} on linux/amd64 .*, but the report and facts name"):
+        sign_command(request)
+    assert not (tmp_path / "out").exists()
