@@ -59,7 +59,7 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
     signed: list[dict] = []
     zstd_digest = None
     key = request.sign_key
-    records = stamped_records(client, tagged, target.run_dir, written) if key else None  # refused before a push
+    records: Signable | None = None
     destination = registry.Registry(registry.parse_ref(f"{target.ref}:{tagged.tags[0]}"))  # one session, one login
 
     def sign_what_is_pushed() -> None:
@@ -69,6 +69,8 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
             signed.append(sign_digest(key, destination, digest, stmts))
 
     try:
+        if key:  # refused before anything is pushed, the report saying why
+            records = stamped_records(client, tagged, target.run_dir, written)
         for local, remote, form in to_push:
             if key and local != tagged.tags[0] and not signed:  # the first moving tag: sign first
                 sign_what_is_pushed()
@@ -104,9 +106,10 @@ def publish(client, tagged: Tagged, target: Target, request: Request, facts: run
 
 
 def stamped_records(client, tagged: Tagged, folder: Path, facts: Facts) -> Signable:
-    """What the push signs: the validation record as the run holds it, refused unless its hash is the image's
-    stamped label (so only the record the image was stamped with is signed), the facts this push wrote, and
-    the SBOM that record names."""
+    """What the push signs: the validation record as the run holds it (not validation.json as the folder holds it
+    by then), the facts this push wrote, and the SBOM that record names. The record's hash must be the image's
+    stamped label: both come from one frozen Validation in this run, and this guard keeps them one should a
+    change ever let them part."""
     record = tagged.validation.record()
     label = (client.images.get(tagged.stamped_id).labels or {}).get(labels.VALIDATION_SHA256)
     if hashlib.sha256(record).hexdigest() != label:

@@ -605,3 +605,4 @@ def test_a_validation_record_that_is_not_the_stamped_one_is_neither_pushed_nor_s
         with pytest.raises(NotVerified, match="not the one the image was stamped with: nothing pushed or signed"):
             push_it()
     assert registry_manifest(image).status_code == 404
+    assert "not the one the image was stamped with" in json.loads((tmp_path / "report.json").read_text())["error"]
