@@ -34,6 +34,12 @@ def step(what: str) -> Iterator[None]:
         raise Interrupted(f"interrupted during {what}") from None
 
 
+def host_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a host command: `env` (default: this process's) without the signing passphrase,
+    which only the signer process (pipeline/attest.py) gets."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k != PASSPHRASE_ENV}
+
+
 def run_host(
     argv: list[str],
     kind: str,
@@ -50,7 +56,6 @@ def run_host(
     raises Interrupted naming `what` (default: the kind)."""
     with step(what or kind):
         try:
-            given = {k: v for k, v in (os.environ if env is None else env).items() if k != PASSPHRASE_ENV}
-            return run_bounded(argv, DEADLINES[kind], env=given, cwd=cwd, output=on_line or "capture", grace=GRACE_S)
+            return run_bounded(argv, DEADLINES[kind], env=host_env(env), cwd=cwd, output=on_line or "capture", grace=GRACE_S)
         except OSError as err:  # not found, not executable: as a shell says it
             return Finished(127, "", f"cannot run {argv[0]}: {err.strerror or err}")

@@ -169,7 +169,7 @@ def uncompressed(blob: Path, kind: str) -> Iterator[Readable]:
     zstd = shutil.which("zstd")
     if zstd is None:
         raise RegistryDataRefused("the pushed layer is zstd-compressed and no `zstd` is on PATH to read it (apt install zstd)")
-    with subprocess.Popen([zstd, "-dcq", "--", str(blob)], stdout=subprocess.PIPE) as proc:
+    with subprocess.Popen([zstd, "-dcq", "--", str(blob)], stdout=subprocess.PIPE, env=hostprocs.host_env()) as proc:
         assert proc.stdout is not None
         try:
             yield proc.stdout

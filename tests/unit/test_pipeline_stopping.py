@@ -177,3 +177,23 @@ def test_no_host_command_is_given_the_signing_keys_passphrase(monkeypatch):
         assert done.returncode == 0 and "PATH=" in done.stdout
         assert "s3cret-passphrase" not in done.stdout and hostprocs.PASSPHRASE_ENV not in done.stdout
         assert env is None or "OTHER_SETTING=kept" in done.stdout
+
+
+def test_a_process_started_outside_run_host_is_given_the_host_environment_too():
+    """The one process pipeline/ starts with subprocess itself besides the signer (rebuild's zstd) inherited
+    the passphrase: every such call must pass env=hostprocs.host_env(...) (attest.py's signer is the one user)."""
+    import ast
+
+    from pipeline.variants import REPO_ROOT
+
+    calls = {"subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_output", "subprocess.check_call"}
+    unguarded, seen = [], 0
+    for path in sorted((REPO_ROOT / "pipeline").rglob("*.py")):
+        if path.name == "attest.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in calls:
+                seen += 1
+                if not any(k.arg == "env" and "host_env(" in ast.unparse(k.value) for k in node.keywords):
+                    unguarded.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert seen and unguarded == []
