@@ -35,6 +35,12 @@ BUSY_THROTTLED_SHARE = 0.10  # a cgroup CPU quota held the run back this share o
 SAME_WITHIN = 0.05
 
 
+def this_machine() -> dict[str, str]:
+    """{"machine": "x86_64", "system": "Linux-6.1-...-glibc2.36"}: what a report's and the run facts' `host` say
+    of the machine a build ran on."""
+    return {"machine": platform.machine(), "system": platform.platform()}
+
+
 def host_cpu() -> str:
     """'AMD EPYC 7B13, 2 cores' (the cores this process may use)."""
     model = platform.processor() or platform.machine()

@@ -5,11 +5,12 @@ the report, where every later statement about the image reads it."""
 from __future__ import annotations
 
 import hashlib
-import platform as host
+import platform
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.host import this_machine
 from pipeline import lock, statements
 from pipeline.build_image import SOURCE
 from pipeline.records import FACTS, Facts, write
@@ -36,8 +37,8 @@ def gather(client, build_cli: str, command: list[str], commit: str, started: str
         "docker_api": version.get("ApiVersion"),
         "builder": build_cli,
         "components": {c.get("Name"): c.get("Version") for c in version.get("Components", [])},
-        "python": host.python_version(),
-        "host": {"machine": host.machine(), "system": host.platform()},  # the build host (the benchmark's `host`)
+        "python": platform.python_version(),
+        "host": this_machine(),  # the build host (the benchmark's `host`)
     }
     invocation = f"{started.replace('-', '').replace(':', '')}-{secrets.token_hex(4)}"
     return RunFacts(command=command, commit=commit, started=started, invocation=invocation, tools=tools)

@@ -5,10 +5,10 @@ written here, in one place."""
 from __future__ import annotations
 
 import json
-import platform as this_host
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from common.host import this_machine
 from pipeline import statements
 from pipeline.html_report import write_page
 from pipeline.push import arch_tag
@@ -134,7 +134,7 @@ class Target:
             "tags": tags or [],
             "pushed": push.refs if push else {},
             "push": push.as_dict() if push else None,
-            "host": {"machine": this_host.machine(), "system": this_host.platform()},
+            "host": this_machine(),
         }
         write(self.report_path, report)
         write_page(self.report_path)
