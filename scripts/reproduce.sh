@@ -61,14 +61,17 @@ else
         docker tag "${ids[0]}" "$REGISTRY_ADDR/proven-torch-reproduce:build-1"
         docker push -q "$REGISTRY_ADDR/proven-torch-reproduce:build-1" >/dev/null
         "$PY" - "$REGISTRY_ADDR/proven-torch-reproduce:build-1" "${ids[0]}" "${ids[1]}" <<'PY'
-import json, sys
+import sys
 from pathlib import Path
 import docker
 from pipeline import rebuild_files, registry
 ref, first, second = sys.argv[1:]
 engine, pushed = docker.from_env(), registry.parse_ref(ref)
 theirs, ours = (engine.images.get(i).attrs["RootFS"]["Layers"] for i in (first, second))
-layers = json.loads(registry.Registry(pushed, registry.Deadline(60)).manifest("build-1")[0])["layers"]
+found = registry.Registry(pushed, registry.Deadline(60)).manifest("build-1")
+if found is None:
+    sys.exit(f"reproduce: {ref} is not in the registry after its push; the files are not named")
+layers = registry.descriptors(registry.as_dict(found[0], f"{ref}'s manifest").get("layers"), f"{ref}'s manifest")
 pairs = rebuild_files.differing(layers, theirs, ours)
 print("\n".join(f"  {line}" for line in rebuild_files.name_files(pushed, engine, second, pairs, Path("reproduce-report"))))
 PY
