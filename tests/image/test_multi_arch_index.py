@@ -98,3 +98,48 @@ def test_a_local_build_gives_the_hosts_image_the_lines_plain_tags(docker, matrix
     finally:
         refs = [t for t in docker.images.get(image_id).tags if t.startswith(f"{ref}:")]
         subprocess.run(["docker", "rmi", *refs], capture_output=True, check=False)
+
+
+def test_a_signed_index_names_the_facts_the_push_wrote_not_facts_json_edited_since(children, matrix, sign_keys, tmp_path):
+    """publish_index signs the index's provenance from the run facts each child's push wrote (Pushed.facts): a
+    facts.json edited in the report folder after the push (another commit) is not what it signs."""
+    from pipeline import attest, referrers, registry, statements
+    from pipeline.publish import Pushed, publish_index
+    from pipeline.records import Facts
+    from pipeline.request import Request
+    from pipeline.target import Tagged, Target, Validation
+    from pipeline.variants import arch
+
+    line = next(v for v in matrix.variants if v.multi_arch)
+    results = {}
+    for platform, child in children.items():
+        target = Target(
+            variant=line,
+            run_dir=tmp_path / arch(platform),
+            ref=REF,
+            date="20000101",
+            created="t",
+            revision="t",
+            platform=platform,
+        )
+        target.run_dir.mkdir()
+        facts = Facts(
+            command=("pytest",), commit="1" * 40, started="2026-12-06T00:00:00Z", finished="2026-12-06T00:05:00Z",
+            invocation="test", tools={}, dependencies=(), line=line.name, flavor=None, platform=platform, ref=REF,
+            tags=(child.tag,), stamped_image_id=child.image_id,
+        )  # fmt: skip
+        (target.run_dir / "facts.json").write_text(json.dumps({**facts.as_dict(), "commit": "f" * 40}))  # edited since
+        tagged = Tagged(child.image_id, child.image_id, [child.tag], Validation(ok=True, platform=platform), line_tags=["line"])
+        results[platform] = (
+            target,
+            tagged,
+            Pushed(refs={f"{REF}:{child.tag}": child.digest}, sbom={}, compressed_bytes={}, facts=facts),
+        )
+    key = attest.KeySource(sign_keys["private"], sign_keys["passphrase"])
+    digest = publish_index(results, Request(matrix=matrix, variant=line, push=True, hold_moving_tags=True, sign_key=key))[
+        f"{REF}:line"
+    ]
+    client = registry.Registry(registry.parse_ref(f"{REF}@{digest}"))
+    signed = [attest.envelope_payload(e, "an envelope") for e in referrers.envelopes_about(client, digest)]
+    provenance = json.dumps([s for s in signed if s["predicateType"] == statements.PREDICATES["provenance"]])
+    assert "1" * 40 in provenance and "f" * 40 not in provenance
