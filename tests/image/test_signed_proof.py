@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from threading import Thread
 
 import pytest
@@ -632,6 +633,11 @@ def test_a_released_multi_arch_index_is_prepared_from_its_children_signed_apart_
         1,
         "but the prepared children name",
     )
+    facts_path = Path(prepared[0]) / "facts.json"  # the provenance's tags: another line's added to a child's facts
+    genuine = facts_path.read_text()
+    facts_path.write_text(json.dumps({**json.loads(genuine), "tags": [*json.loads(genuine)["tags"], "0.1-cu100"]}))
+    refused(cli("sign", f"{REF}@{index}", "--children", *prepared, "--prepare", str(tmp_path / "y")), 1, "names 0.1-cu100")
+    facts_path.write_text(genuine)
     out = tmp_path / "index"
     done = cli("sign", f"{REF}@{index}", "--children", *prepared, "--prepare", str(out))
     assert done.returncode == 0, done.stderr
