@@ -14,7 +14,7 @@ from pipeline.line import git_commit
 from pipeline.records import FACTS, Facts
 from pipeline.run_facts import RunFacts, write_facts
 from pipeline.target import Target
-from pipeline.variants import REPO_ROOT, load_matrix, resolve
+from pipeline.variants import load_matrix, resolve
 
 pytestmark = pytest.mark.unit
 
@@ -39,14 +39,26 @@ def test_every_gathered_fact_is_written_and_read_back(tmp_path):
     )
 
 
-def test_git_commit_is_the_full_commit_marked_dirty_by_tracked_changes():
-    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-    changed = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-    )
-    commit = git_commit()
-    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit), commit
-    assert commit == head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
+def test_git_commit_is_the_full_commit_marked_dirty_by_tracked_changes(monkeypatch, tmp_path):
+    """A checkout of its own, so each answer is reached: clean, a tracked file changed (an untracked one is
+    not a change), and a folder that is no git checkout."""
+    import pipeline.line
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "tracked").write_text("one\n")
+    git("add", "tracked")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "one")
+    monkeypatch.setattr(pipeline.line, "REPO_ROOT", tmp_path)
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "untracked").write_text("not a change\n")
+    assert re.fullmatch(r"[0-9a-f]{40}", head) and git_commit() == head
+    (tmp_path / "tracked").write_text("two\n")
+    assert git_commit() == f"{head}-dirty"
+    monkeypatch.setattr(pipeline.line, "REPO_ROOT", tmp_path / "nowhere")
+    assert git_commit() == "nogit"
 
 
 @pytest.mark.parametrize(
