@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlparse
+from urllib.parse import quote, urljoin, urlparse
 
 import requests
 import urllib3
@@ -46,7 +46,8 @@ MAX_MANIFEST = 4 * 2**20  # bytes of a manifest, an index or one referrers page,
 MAX_ENVELOPE = 16 * 2**20  # a signed statement (the SBOM's, the largest, is about 2 MB)
 MAX_PAGES = 16  # referrers pages followed for one subject
 MAX_REFERRERS = 200  # entries listed for one subject (Kyverno refuses an image past 50)
-MAX_TAGS = 1000  # tags read from one repository's list (verify's rollback check)
+MAX_TAGS = 1000  # tags asked for in one page of a repository's list (verify's rollback check)
+MAX_TAG_PAGES = 5  # pages of it read for one line's newer builds
 MAX_DEPTH = 64  # nesting of any JSON read (the project's own statements nest about 10 deep)
 MAX_NODES = 500_000  # values in one JSON document (the default image's SBOM statement has about 40,000)
 MAX_READ = 128 * 2**20  # bytes one command reads from registries in all (verify of an image reads about 5 MB)
@@ -474,14 +475,18 @@ class Registry:
             raise RegistryDataRefused(f"{digest[:19]}… has more than {MAX_REFERRERS} referrers")
         return listed
 
-    def tags(self) -> list[str]:
-        """The repository's tags: one page of at most MAX_TAGS (the tag list API), read bounded; a registry
-        that pages further is read no further (a newer tag it hides is what --max-age bounds)."""
-        got = self._get(f"tags/list?n={MAX_TAGS}", MAX_MANIFEST, f"the tags of {self.ref.repo}")
+    def tags(self, after: str = "") -> list[str]:
+        """One page of the repository's tags, read bounded (MAX_MANIFEST bytes): asked for MAX_TAGS of them that
+        sort after `after` (the API's `n` and `last`; the distribution spec lists in lexical order). Debian's
+        docker-registry ignores both and sends every tag, unordered, in one page: all of it is kept."""
+        query = f"tags/list?n={MAX_TAGS}" + (f"&last={quote(after, safe='')}" if after else "")
+        got = self._get(query, MAX_MANIFEST, f"the tags of {self.ref.repo}")
         listed = as_dict(got[1], "the tag list").get("tags") if got else []
+        if listed is None:
+            return []  # a repository with no tags left lists null
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
             raise RegistryDataRefused("the tag list is not a list of names")
-        return listed[:MAX_TAGS]
+        return listed
 
     # ------------------------------------------------------------------ writing
 

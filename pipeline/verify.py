@@ -261,7 +261,7 @@ class Verifier:
         own = image["provenance"]["tags"][0] if image["provenance"]["tags"] else ""
         if ref.reference == own:
             return  # asked by its immutable tag: nothing newer to compare with
-        for tag in newer_builds(own, self.client.tags()):
+        for tag in newer_builds(own, line_tags(self.client, own)):
             found = self.client.manifest(tag)
             if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
                 continue
@@ -275,6 +275,25 @@ class Verifier:
                     f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
                     "pull by the newer tag, or ask by digest if the older one is wanted"
                 )
+
+
+def line_tags(client: registry.Registry, own: str) -> list[str]:
+    """The repository's tags from `own`'s line and date on: the list read from there (its `last`), a further
+    page only while a full one still ends in the line, at most MAX_TAG_PAGES; none for a tag not immutable.
+    A repository of thousands of tags (a year of nightly builds) hides no newer build of the line, whether
+    the registry pages (the spec) or sends them all at once (Debian's docker-registry)."""
+    mine = push.IMMUTABLE.match(own)
+    if mine is None:
+        return []
+    found: list[str] = []
+    after = f"{mine['stem']}-{mine['date']}"
+    for _ in range(registry.MAX_TAG_PAGES):
+        page = client.tags(after=after)
+        found += page
+        if len(page) != registry.MAX_TAGS or page[0] <= after or not page[-1].startswith(f"{mine['stem']}-"):
+            break  # the list's end, a registry that ignores `n` or `last`, or past the line
+        after = page[-1]
+    return found
 
 
 NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first
@@ -294,7 +313,8 @@ def newer_builds(own: str, tags: list[str]) -> list[str]:
         and m["date"] >= mine["date"]
         and m.string != own
     ]
-    return [m.string for m in sorted(same, key=lambda m: m["date"], reverse=True)][:NEWER_CHECKED]
+    newest = sorted({m.string: m for m in same}.values(), key=lambda m: m["date"], reverse=True)
+    return [m.string for m in newest][:NEWER_CHECKED]
 
 
 def verify(

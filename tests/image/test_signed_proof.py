@@ -26,7 +26,7 @@ from threading import Thread
 
 import pytest
 
-from pipeline import attest, push, referrers, registry, statements
+from pipeline import attest, push, referrers, registry, statements, verify
 from pipeline.docker_env import find_build_cli
 from pipeline.records import Facts
 from pipeline.signing import SignRequest, image_statements, index_statements, sign_command, sign_digest
@@ -325,6 +325,29 @@ def test_a_moving_tag_moved_back_to_an_older_signed_digest_is_refused(docker, si
     )
     assert verify_cli(f"{REF}:{builds['20261201'][2]}", "--key", public).returncode == 0
     assert verify_cli(f"{REF}@{builds['20261201'][1]}", "--key", public).returncode == 0
+
+
+def test_the_real_registry_lists_a_lines_tags_from_its_own_on_past_pages_of_others(monkeypatch):
+    """docker-registry's tag list, asked for pages of 10 from the line's own tag on: thirty tags that sort before
+    the line hide none of its newer builds (the CI registry crossed 1,000 tags and the first 1,000 hid them;
+    Debian's registry ignores `n` and `last` and sends every tag, unordered)."""
+    monkeypatch.setattr(registry, "MAX_TAGS", 10)
+    reg = registry.Registry(registry.parse_ref(f"{REF}-pages{RUN}:x"))
+    config = reg.upload(b"{}")
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": registry.OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+            "layers": [],
+        }
+    ).encode()
+    stem = "0.1.0-cu100-py3.0"
+    line = [f"{stem}-202612{day:02d}-aaaaaaa" for day in range(1, 26)]
+    for tag in [f"0.1-filler-{i:02d}" for i in range(30)] + line:
+        reg.put_manifest(tag, body, registry.OCI_MANIFEST)
+    assert set(line) <= set(verify.line_tags(reg, line[0]))
+    assert verify.newer_builds(line[0], verify.line_tags(reg, line[0])) == line[:-6:-1]  # the newest five
 
 
 def test_a_proof_older_than_max_age_is_refused(sign_keys, tiny, tmp_path):

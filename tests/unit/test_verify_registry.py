@@ -494,3 +494,51 @@ def test_the_rollback_check_compares_a_tag_with_the_newer_builds_of_its_own_line
     assert verify.newer_builds(f"{stem}-20261201-1111111-rlhf-arm64", tags) == [f"{stem}-20261207-eeeeeee-rlhf-arm64"]
     assert verify.newer_builds(f"{stem}-20261201-1111111-arm64", tags) == [f"{stem}-20261209-fffffff-arm64"]
     assert verify.newer_builds("0.1-cu100", tags) == []
+
+
+def _tag_list(tags: list[str], honour_last: bool = True, honour_n: bool = True):
+    """A tag list API over `tags`: in lexical order, `n` per page from after `last`, as the spec has it; or,
+    like Debian's docker-registry, every tag in one page in the order given."""
+
+    def answer(handler):
+        query = parse_qs(urlparse(handler.path).query)
+        after = query.get("last", [""])[0] if honour_last else ""
+        page = [t for t in sorted(tags) if t > after][: int(query["n"][0])] if honour_n else tags
+        _json(handler, {"name": REPO, "tags": page})
+
+    return answer
+
+
+def listing_requests(server: Server) -> list[str]:
+    return [path for method, path, _ in server.seen if method == "GET" and "/tags/list" in path]
+
+
+def test_the_newer_build_of_a_line_is_found_among_thousands_of_tags_that_sort_before_it(server):
+    """A repository of 3,000 tags (a year of nightlies beside it): the line's newer build sorts past the first
+    page, and the list is read from the line's own tag on (the CI registry crossed 1,000 tags and hid it)."""
+    stem = "2.9.0-cu128-py3.12"
+    own, newer = f"{stem}-20261201-aaaaaaa", f"{stem}-20261205-bbbbbbb"
+    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list([f"1.{i:04d}-nightly" for i in range(3000)] + [own, newer])
+    client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:x"))
+    assert verify.newer_builds(own, verify.line_tags(client, own)) == [newer]
+    assert listing_requests(server) == [f"/v2/{REPO}/tags/list?n={registry.MAX_TAGS}&last={stem}-20261201"]
+    server.seen.clear()
+    nightlies = [f"1.{i:04d}-nightly" for i in range(3000)]
+    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list(nightlies[:2000] + [newer] + nightlies[2000:] + [own], honour_n=False)
+    assert verify.newer_builds(own, verify.line_tags(client, own)) == [newer]  # all at once, unordered: all read
+    assert len(listing_requests(server)) == 1
+
+
+def test_a_tag_list_that_ignores_last_or_never_ends_is_read_a_bounded_number_of_pages(server):
+    stem = "2.9.0-cu128-py3.12"
+    own = f"{stem}-20261201-aaaaaaa"
+    client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:x"))
+    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list(
+        ["1.0-nightly"] + [f"{stem}-2027{i:04d}-aaaaaaa" for i in range(3000)], honour_last=False
+    )
+    verify.line_tags(client, own)
+    assert len(listing_requests(server)) == 1  # a page from the start again is not asked for
+    server.seen.clear()
+    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list([f"{stem}-3{i:07d}-aaaaaaa" for i in range(20_000)])
+    assert len(verify.line_tags(client, own)) == registry.MAX_TAG_PAGES * registry.MAX_TAGS
+    assert len(listing_requests(server)) == registry.MAX_TAG_PAGES
