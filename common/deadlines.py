@@ -39,11 +39,12 @@ DEADLINES: dict[str, float] = {
     "uv pip compile": 600,
     "git": 10,
     "docker probe": 30,  # `docker version`, `buildx version`, `nvidia-smi -L`
-    # and its waits on the network (pipeline.registry, pipeline.listing)
+    # and its waits on the network (pipeline.registry, pipeline.listing, pipeline.lock)
     "layer read": 3600,  # build.py rebuild: the pushed layers that differ, read to name their files
     "diffoscope": 600,  # build.py rebuild: diffoscope's report on the files that differ
     "verify": 30,  # everything one registry command asks of registries (--timeout)
     "index probe": 5,  # `build.py list --here`: one wheel index asked whether it answers
+    "pypi answer": 60,  # `build.py lock`: PyPI's JSON about one package an [overrides] entry works around
     "registry request": 30,  # one registry request, to connect or to send its next bytes
 }
 

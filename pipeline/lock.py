@@ -11,9 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common.deadlines import DEADLINES
 from common.rules import normalize_name
 from pipeline import hostprocs
-from pipeline.errors import BuildFailed, UsageError
+from pipeline.errors import BuildFailed, RegistryDataRefused, RegistryUnreachable, UsageError
 from pipeline.variants import AMD64, PLATFORMS, REPO_ROOT, Matrix, Variant, arch
 
 LOCK_ROOT = REPO_ROOT / "images" / "locks"
@@ -209,18 +210,27 @@ def check_locks(matrix: Matrix) -> int:
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-def pypi_requires(package: str) -> tuple[str, list[str]] | None:
-    """(newest version, its Requires-Dist) from PyPI's JSON API; None when PyPI cannot be asked."""
+PYPI = "https://pypi.org/pypi"
+PYPI_ANSWER = 8 * 2**20  # bytes of one project's JSON from PyPI (torch's, the largest asked, is about 0.9 MB)
+
+
+def pypi_requires(package: str, index: str = PYPI) -> tuple[str, list[str]] | None:
+    """(newest version, its Requires-Dist) from PyPI's JSON API; None when PyPI cannot be asked or its answer
+    cannot be read: more than PYPI_ANSWER bytes, not done within DEADLINES["pypi answer"], JSON past the
+    registry client's bounds, or of another shape. The answer crosses a TLS-intercepting proxy."""
     import requests
 
+    from pipeline import registry
+
+    what = f"PyPI's answer for {package}"
     try:
-        resp = requests.get(
-            f"https://pypi.org/pypi/{package}/json", timeout=30, verify=str(SYSTEM_CA) if SYSTEM_CA.is_file() else True
-        )
-        resp.raise_for_status()
-        info = resp.json()["info"]
+        ca = str(SYSTEM_CA) if SYSTEM_CA.is_file() else True
+        with requests.get(f"{index}/{package}/json", stream=True, timeout=registry.REQUEST_TIMEOUT, verify=ca) as resp:
+            resp.raise_for_status()
+            body = registry.bounded(resp, PYPI_ANSWER, what, registry.Deadline(DEADLINES["pypi answer"], PYPI_ANSWER))
+        info = registry.as_dict(body, what)["info"]
         version, requires = info["version"], info.get("requires_dist") or []
-    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):  # an answer of another shape
+    except (requests.RequestException, RegistryDataRefused, RegistryUnreachable, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(version, str) or not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         return None

@@ -314,7 +314,7 @@ class Registry:
         if self.authorization and _netloc(url) == self.own:
             headers["Authorization"] = self.authorization
         kwargs.setdefault("timeout", self._timeout(what))
-        kwargs.setdefault("stream", True)  # no body read unless asked for, and then bounded (_bounded)
+        kwargs.setdefault("stream", True)  # no body read unless asked for, and then bounded (bounded)
         # requests drops Authorization when a redirect leaves the host (Session.rebuild_auth)
         return self.session.request(method, url, headers=headers, allow_redirects=method in ("GET", "HEAD"), **kwargs)
 
@@ -372,7 +372,7 @@ class Registry:
             stream=True,
         )
         with token:
-            body = _bounded(token, MAX_MANIFEST, "the token service's answer", self.deadline) if token.ok else b""
+            body = bounded(token, MAX_MANIFEST, "the token service's answer", self.deadline) if token.ok else b""
         value = None
         if body:
             try:
@@ -401,7 +401,7 @@ class Registry:
                 return None
             if not resp.ok:
                 raise self.refused(resp, what)
-            return resp, _bounded(resp, limit, what, self.deadline)
+            return resp, bounded(resp, limit, what, self.deadline)
 
     # ------------------------------------------------------------------ reading
 
@@ -456,7 +456,7 @@ class Registry:
                     return self.tagged_referrers(digest)
                 if not resp.ok:
                     raise self.refused(resp, what)
-                page = _bounded(resp, MAX_MANIFEST, what, self.deadline)
+                page = bounded(resp, MAX_MANIFEST, what, self.deadline)
                 following = resp.links.get("next", {}).get("url")
                 here = resp.url
             found += descriptors(as_dict(page, "the referrers list").get("manifests", []), "the referrers list")
@@ -555,7 +555,7 @@ def chunks(resp: requests.Response, what: str, deadline: Deadline | None, size: 
         yield chunk
 
 
-def _bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:
+def bounded(resp: requests.Response, limit: int, what: str, deadline: Deadline | None) -> bytes:
     """The body, decompressed, at most `limit` bytes, read within the deadline (chunks)."""
     data = bytearray()
     for chunk in chunks(resp, what, deadline):
