@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command (make test) after the host is prepared: the unit group (no Docker:
-# pure logic and host processes) runs beside the image group (the real Docker Engine and
-# registry), since on 2 cores the image group's first minutes are mostly downloads and disk.
-# The unit group's output is shown when both are done; the last line adds both up, and the
-# exit status fails if either group failed. Extra arguments go to both pytest runs.
+# pure logic and host processes), then the image tests that need no default image (marked
+# `beside` by tests/conftest.py: small images and the registry), run beside the image group
+# (the real Docker Engine and registry, on the default image the session builds), since on
+# 2 cores the image group's first minutes are mostly downloads and disk and its later ones
+# mostly waits. The unit group's output is shown when both are done; the last line adds both
+# up, and the exit status fails if either group failed. Extra arguments go to both pytest runs.
 #   RUN_TESTS_SERIAL=1  one group after the other (for timing one group alone)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -11,8 +13,10 @@ PY=.venv/bin/python
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-unit=(-m unit --junitxml "$out/unit.xml" --basetemp "$out/unit-tmp" "$@")  # a temp folder each: two pytests at once
-image=(-m "image and not gpu and not arm64 and not lines" --junitxml "$out/image.xml" --basetemp "$out/image-tmp" "$@")
+elsewhere="not gpu and not arm64 and not lines"  # their own runners and make targets
+# a temp folder each: two pytests at once (tests/conftest.py runs the `beside` tests last)
+unit=(-m "unit or (beside and $elsewhere)" --junitxml "$out/unit.xml" --basetemp "$out/unit-tmp" "$@")
+image=(-m "image and not beside and $elsewhere" --junitxml "$out/image.xml" --basetemp "$out/image-tmp" "$@")
 
 if [[ ${RUN_TESTS_SERIAL:-0} == 1 ]]; then
     "$PY" -m pytest "${unit[@]}"
@@ -26,7 +30,7 @@ else
     image_rc=$?
     wait "$unit_pid"
     unit_rc=$?
-    printf '\n==> the unit group, run beside the image group:\n'
+    printf '\n==> the unit group and the image tests marked beside, run beside the image group:\n'
     cat "$out/unit.log"
 fi
 

@@ -27,7 +27,15 @@ def gpu_required() -> bool:
 NO_GPU = "no NVIDIA GPU visible on this host (nvidia-smi -L lists none)"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
+    """`beside`: an image test whose fixtures never reach the session's default image (pipeline_run): small
+    images and the registry only. scripts/run-tests.sh runs them with the unit group, beside the image group;
+    they run last, once the unit group's CPU work is done and the image group's later waits have begun."""
+    for item in items:
+        if "image" in item.keywords and "pipeline_run" not in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.beside)
+    items[:] = sorted(items, key=lambda item: "beside" in item.keywords)  # stable: the order within each kept
     if gpu_required() or host_gpu_count() > 0:
         return
     for item in items:

@@ -12,6 +12,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -296,8 +297,17 @@ def _start_in_a_terminal(argv: list[str]) -> subprocess.Popen:
     )
 
 
+TEST_REPOS = re.compile(r"^(?:[^/]+/)?proven-torch-test")  # scripts/ci-cleanup.sh's pattern
+
+
+def own_tags(docker) -> set[str]:
+    """Every tag on the daemon but the test repositories' (the `beside` tests tag small images meanwhile):
+    what build.py tags is the line's own repository (proven-torch), which this keeps."""
+    return {t for i in docker.images.list() for t in i.tags if not TEST_REPOS.match(t)}
+
+
 def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
-    before = {t for i in docker.images.list() for t in i.tags}
+    before = own_tags(docker)
     # A terminal's Ctrl-C: the default SIGINT disposition, whatever this test runner inherited (a job
     # started with `&` by a non-interactive shell ignores SIGINT, and so would build.py).
     proc = _start_in_a_terminal(_build_py("--cuda", variant.cuda, "--report-dir", str(tmp_path)))
@@ -310,13 +320,13 @@ def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "nothing was tagged" in err
-    assert {t for i in docker.images.list() for t in i.tags} == before
+    assert own_tags(docker) == before
 
 
 def test_ctrl_c_during_build_py_matrix_exits_130_and_starts_no_further_line(docker, image, matrix, variant, tmp_path):
     """`build.py matrix` used to record Ctrl-C as a failed line and start the next one, ending with 5."""
     other = next(v for v in matrix.variants if v.uses_pypi and v.name != variant.name)
-    before = {t for i in docker.images.list() for t in i.tags}
+    before = own_tags(docker)
     argv = [*_build_py("matrix", "--line", variant.name, "--line", other.name, "--report-dir", str(tmp_path))]
     proc = _start_in_a_terminal(argv)
     seen = []
@@ -334,7 +344,7 @@ def test_ctrl_c_during_build_py_matrix_exits_130_and_starts_no_further_line(dock
     assert last.startswith(f"build.py: matrix stopped in {variant.name}: interrupted during"), last
     assert "nothing was pushed" in last
     assert f"==> matrix: {other.name}" not in "".join(seen)
-    assert {t for i in docker.images.list() for t in i.tags} == before
+    assert own_tags(docker) == before
 
 
 def _copy_context(dest):
