@@ -253,25 +253,31 @@ class Verifier:
             )
         return summary(digest, runset)
 
-    def judge_rollback(self, image: dict, ref: registry.ImageRef) -> None:
+    def judge_rollback(self, record: dict, ref: registry.ImageRef, index: bool = False) -> None:
         """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
-        line, flavor, architecture and torch build with a later date names another digest whose statements verify and
-        were signed later (the tag was moved back to an older proven digest). A registry that hides the newer
-        tag is bounded by --max-age."""
-        own = image["provenance"]["tags"][0] if image["provenance"]["tags"] else ""
+        line, flavor, architecture and torch build with a later date names another digest (an image, or for a
+        multi-arch line's `index` another index) whose statements verify and were signed later (the tag was
+        moved back to an older proven digest). A registry that hides the newer tag is bounded by --max-age."""
+        own = record["provenance"]["tags"][0] if record["provenance"]["tags"] else ""
         if ref.reference == own:
             return  # asked by its immutable tag: nothing newer to compare with
         for tag in newer_builds(own, line_tags(self.client, own)):
             found = self.client.manifest(tag)
-            if found is None or found[2] == image["digest"] or found[1] in registry.INDEXES:
+            if found is None or found[2] == record["digest"] or (found[1] in registry.INDEXES) != index:
                 continue
+            label = f"{ref} (newer {tag})"
             try:
-                other = self.check_image(found[2], found[0], f"{ref} (newer {tag})", None)
+                if index:
+                    runset = self.signed_statements(found[2], INDEX_KINDS, label)
+                    self.judge(runset, label, None, index=True)
+                    other = summary(found[2], runset)
+                else:
+                    other = self.check_image(found[2], found[0], label, None)
             except NotVerified:
                 continue  # not a newer *signed* build
-            if other["signed_at"] > image["signed_at"]:  # TIME_FORMAT is fixed-width UTC: as text, as in time
+            if other["signed_at"] > record["signed_at"]:  # TIME_FORMAT is fixed-width UTC: as text, as in time
                 raise NotVerified(
-                    f"{ref}: names {image['digest'][:19]}… (signed {image['signed_at']}), but {tag} names a newer "
+                    f"{ref}: names {record['digest'][:19]}… (signed {record['signed_at']}), but {tag} names a newer "
                     f"signed build of the line, {found[2][:19]}… (signed {other['signed_at']}): the tag was moved back; "
                     "pull by the newer tag, or ask by digest if the older one is wanted"
                 )
@@ -361,6 +367,8 @@ def verify(
             images.append({"platform": name, **checker.check_image(child["digest"], child_found[0], f"{ref} {name}", None)})
         if not images:
             raise NotVerified(f"{ref}: the index lists no image to verify")
+        if not ref.is_digest:
+            checker.judge_rollback(record["index"], ref, index=True)
     else:
         images.append(checker.check_image(digest, body, str(ref), ref))
         if not ref.is_digest:

@@ -327,6 +327,39 @@ def test_a_moving_tag_moved_back_to_an_older_signed_digest_is_refused(docker, si
     assert verify_cli(f"{REF}@{builds['20261201'][1]}", "--key", public).returncode == 0
 
 
+def test_a_multi_arch_tag_moved_back_to_an_older_signed_index_is_refused(sign_keys, tiny, tmp_path):
+    """The rollback check for a multi-arch line, whose moving tag names an index: moved back to an older signed
+    index, verify names the newer one (it skipped indexes: the multi-arch lines' moving tags had no such check)."""
+    stem, moving = f"rbx{RUN}-0.1.0-cu100-py3.0", f"2.11-cu130-rb{RUN}"
+    builds = {}
+    for date, rev, clock in (("20261201", "aaaaaaa", "-4d"), ("20261205", "bbbbbbb", "+0")):
+        immutable, folder = f"{stem}-{date}-{rev}", tmp_path / date
+        folder.mkdir()
+        children = []
+        for platform in (AMD64, ARM64):
+            tag = push.arch_tag(immutable, platform)
+            image_id, digest, ref = tiny(f"rbx-{date}", platform=platform, tag=tag)
+            sign(sign_keys, folder, ref, digest, image_id, platform, tags=(tag,), clock=clock)
+            children.append(push.Child(platform, REF, tag, digest, image_id))
+        index = push.push_index(REF, immutable, children)
+        about = [{"platform": c.platform, "digest": c.digest, "validation": validation()} for c in children]
+        facts = Facts.load(next(folder.glob("run-*")).joinpath("facts.json"))
+        with signer_clock(clock):
+            sign_digest(
+                key_of(sign_keys), client(), index, index_statements(Subject(REF, index), facts, [immutable, moving], about)
+            )
+        builds[date] = (index, immutable, children)
+    public = str(sign_keys["public"])
+    for date in ("20261201", "20261205"):  # the moving tag follows the builds; the newest is where it ends
+        push.push_index(REF, moving, builds[date][2])
+    assert verify_cli(f"{REF}:{moving}", "--key", public).returncode == 0
+    assert push.push_index(REF, moving, builds["20261201"][2]) == builds["20261201"][0]  # moved back
+    refused(
+        verify_cli(f"{REF}:{moving}", "--key", public), 1, f"{builds['20261205'][1]} names a newer signed build", "moved back"
+    )
+    assert verify_cli(f"{REF}:{builds['20261201'][1]}", "--key", public).returncode == 0
+
+
 def test_the_real_registry_lists_a_lines_tags_from_its_own_on_past_pages_of_others(monkeypatch):
     """docker-registry's tag list, asked for pages of 10 from the line's own tag on: thirty tags that sort before
     the line hide none of its newer builds (the CI registry crossed 1,000 tags and the first 1,000 hid them;
