@@ -223,11 +223,13 @@ def pypi_requires(package: str, index: str = PYPI) -> tuple[str, list[str]] | No
     from pipeline import registry
 
     what = f"PyPI's answer for {package}"
+    deadline = registry.Deadline(DEADLINES["pypi answer"], PYPI_ANSWER)  # from the request on: connecting, the headers, the body
     try:
         ca = str(SYSTEM_CA) if SYSTEM_CA.is_file() else True
-        with requests.get(f"{index}/{package}/json", stream=True, timeout=registry.REQUEST_TIMEOUT, verify=ca) as resp:
+        timeout = min(registry.REQUEST_TIMEOUT, deadline.left(what))
+        with requests.get(f"{index}/{package}/json", stream=True, timeout=timeout, verify=ca) as resp:
             resp.raise_for_status()
-            body = registry.bounded(resp, PYPI_ANSWER, what, registry.Deadline(DEADLINES["pypi answer"], PYPI_ANSWER))
+            body = registry.bounded(resp, PYPI_ANSWER, what, deadline)
         info = registry.as_dict(body, what)["info"]
         version, requires = info["version"], info.get("requires_dist") or []
     except (requests.RequestException, RegistryDataRefused, RegistryUnreachable, KeyError, TypeError, AttributeError):

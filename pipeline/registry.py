@@ -47,7 +47,7 @@ MAX_ENVELOPE = 16 * 2**20  # a signed statement (the SBOM's, the largest, is abo
 MAX_PAGES = 16  # referrers pages followed for one subject
 MAX_REFERRERS = 200  # entries listed for one subject (Kyverno refuses an image past 50)
 MAX_TAGS = 1000  # tags asked for in one page of a repository's list (verify's rollback check)
-MAX_TAG_PAGES = 5  # pages of it read for one line's newer builds
+MAX_TAG_PAGES = 20  # pages of it read for one line's newer builds (more: verify refuses)
 MAX_DEPTH = 64  # nesting of any JSON read (the project's own statements nest about 10 deep)
 MAX_NODES = 500_000  # values in one JSON document (the default image's SBOM statement has about 40,000)
 MAX_READ = 128 * 2**20  # bytes one command reads from registries in all (verify of an image reads about 5 MB)
@@ -475,18 +475,22 @@ class Registry:
             raise RegistryDataRefused(f"{digest[:19]}… has more than {MAX_REFERRERS} referrers")
         return listed
 
-    def tags(self, after: str = "") -> list[str]:
-        """One page of the repository's tags, read bounded (MAX_MANIFEST bytes): asked for MAX_TAGS of them that
-        sort after `after` (the API's `n` and `last`; the distribution spec lists in lexical order). Debian's
-        docker-registry ignores both and sends every tag, unordered, in one page: all of it is kept."""
+    def tags(self, after: str = "") -> tuple[list[str], bool] | None:
+        """One page of the repository's tags, read bounded (MAX_MANIFEST bytes), asked for MAX_TAGS of them that
+        sort after `after` (the API's `n` and `last`; the spec lists them in lexical order), and whether the
+        registry says more follow (a `Link` to the next page; the spec's one signal). None for a 404: zot's answer
+        to a `last` that is no tag. Debian's docker-registry ignores `n` and `last` and sends every tag,
+        unordered, in one page, with no Link."""
         query = f"tags/list?n={MAX_TAGS}" + (f"&last={quote(after, safe='')}" if after else "")
         got = self._get(query, MAX_MANIFEST, f"the tags of {self.ref.repo}")
-        listed = as_dict(got[1], "the tag list").get("tags") if got else []
+        if got is None:
+            return None
+        listed = as_dict(got[1], "the tag list").get("tags")
         if listed is None:
-            return []  # a repository with no tags left lists null
+            listed = []  # a repository with no tags left lists null
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
             raise RegistryDataRefused("the tag list is not a list of names")
-        return listed
+        return listed, "next" in got[0].links
 
     # ------------------------------------------------------------------ writing
 

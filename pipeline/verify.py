@@ -284,22 +284,36 @@ class Verifier:
 
 
 def line_tags(client: registry.Registry, own: str) -> list[str]:
-    """The repository's tags from `own`'s line and date on: the list read from there (its `last`), a further
-    page only while a full one still ends in the line, at most MAX_TAG_PAGES; none for a tag not immutable.
-    A repository of thousands of tags (a year of nightly builds) hides no newer build of the line, whether
-    the registry pages (the spec) or sends them all at once (Debian's docker-registry)."""
+    """The repository's tags from `own`'s line and date on, none for a tag not immutable: the list read from
+    there (`last`; zot refuses a `last` that is no tag: then from the first), page after page while the registry
+    links a next page (Debian's docker-registry sends all at once) and the pages have not passed the line. A
+    registry that pages without honouring `last`, or more than MAX_TAG_PAGES pages, is refused: a newer build
+    of the line could lie past what was read."""
     mine = push.IMMUTABLE.match(own)
     if mine is None:
         return []
+    line = f"{mine['stem']}-"
+    after = start = f"{line}{mine['date']}"
     found: list[str] = []
-    after = f"{mine['stem']}-{mine['date']}"
     for _ in range(registry.MAX_TAG_PAGES):
-        page = client.tags(after=after)
+        got = client.tags(after=after)
+        if got is None and after == start:
+            after, got = "", client.tags()
+        page, more = got or ([], False)
         found += page
-        if len(page) != registry.MAX_TAGS or page[0] <= after or not page[-1].startswith(f"{mine['stem']}-"):
-            break  # the list's end, a registry that ignores `n` or `last`, or past the line
+        if not more or not page or (page[-1] > line and not page[-1].startswith(line)):
+            return found  # the list's end, or past the line: the pages come in lexical order
+        if after and page[0] <= after:
+            raise NotVerified(
+                f"{client.ref.name}: the registry pages its tag list but ignores `last` (sent {after}, it began at "
+                f"{page[0]}): the line's newer builds cannot be read; ask by the immutable tag or the digest"
+            )
         after = page[-1]
-    return found
+    raise NotVerified(
+        f"{client.ref.name}: the registry lists more than {registry.MAX_TAG_PAGES * registry.MAX_TAGS:,} tags from "
+        f"{start} on, and verify reads no further (a newer build of the line could lie past them); ask by the "
+        "immutable tag or the digest"
+    )
 
 
 NEWER_CHECKED = 5  # newer immutable tags of the line verified at most, newest first

@@ -302,8 +302,10 @@ TEST_REPOS = re.compile(r"^(?:[^/]+/)?proven-torch-test")  # scripts/ci-cleanup.
 
 def own_tags(docker) -> set[str]:
     """Every tag on the daemon but the test repositories' (the `beside` tests tag small images meanwhile):
-    what build.py tags is the line's own repository (proven-torch), which this keeps."""
-    return {t for i in docker.images.list() for t in i.tags if not TEST_REPOS.match(t)}
+    what build.py tags is the line's own repository (proven-torch), which this keeps. One call: images looked
+    up one by one (docker-py's images.list) fail when a `beside` test removes one in between."""
+    tags = {t for i in docker.api.images() for t in i.get("RepoTags") or ()}
+    return {t for t in tags if t != "<none>:<none>" and not TEST_REPOS.match(t)}
 
 
 def test_ctrl_c_mid_build_exits_130_and_tags_nothing(docker, image, variant, tmp_path):
@@ -490,10 +492,9 @@ def test_high_advisory_fails_validation_and_allowlist_lets_it_pass(docker, image
     assert found.audit["status"] == "fail" and failures
 
 
-def test_tampered_lock_hash_fails_the_build_with_a_clear_message(docker, matrix, variant, tmp_path):
-    """Only the last lock layer changes, so the CUDA layers come from the cache (the same epochs as the
-    image's own build: they are build arguments)."""
-    import re as _re
+def test_tampered_lock_hash_fails_the_build_with_a_clear_message(docker, image, matrix, variant, tmp_path):
+    """Only the last lock layer changes, so the CUDA layers come from the cache the session's build filled
+    (`image`: after it, in the image group; the same epochs as the image's own build: they are build arguments)."""
 
     from pipeline import build_image
     from pipeline.errors import BuildFailed
@@ -502,8 +503,8 @@ def test_tampered_lock_hash_fails_the_build_with_a_clear_message(docker, matrix,
     context = _copy_context(tmp_path / "ctx")
     lock = lock_dir(variant, context / "images" / "locks") / "4-packages.txt"
     text = lock.read_text()
-    block = _re.search(r"^tqdm==.*?(?=^\S)", text, _re.M | _re.S).group(0)
-    lock.write_text(text.replace(block, _re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
+    block = re.search(r"^tqdm==.*?(?=^\S)", text, re.M | re.S).group(0)
+    lock.write_text(text.replace(block, re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, block)))
     with pytest.raises(BuildFailed, match="did not match the hash in the lock file"):
         args = build_image.build_args(variant, "tampered", "2026-01-01T00:00:00Z")
         build = build_image.Build(variant, tmp_path / "out", args, ca_cert=ca_cert(), context=context)

@@ -360,10 +360,10 @@ def test_a_multi_arch_tag_moved_back_to_an_older_signed_index_is_refused(sign_ke
     assert verify_cli(f"{REF}:{builds['20261201'][1]}", "--key", public).returncode == 0
 
 
-def test_the_real_registry_lists_a_lines_tags_from_its_own_on_past_pages_of_others(monkeypatch):
-    """docker-registry's tag list, asked for pages of 10 from the line's own tag on: thirty tags that sort before
-    the line hide none of its newer builds (the CI registry crossed 1,000 tags and the first 1,000 hid them;
-    Debian's registry ignores `n` and `last` and sends every tag, unordered)."""
+def test_the_real_registrys_tag_list_hides_no_newer_build_of_the_line(monkeypatch):
+    """docker-registry's tag list, asked for 10 tags a page from the line's own tag on: thirty tags that sort
+    before the line hide none of its newer builds. Debian's registry ignores `n` and `last` and sends every tag,
+    unordered, with no Link: kept whole (the CI registry crossed 1,000 tags, and the first 1,000 hid them)."""
     monkeypatch.setattr(registry, "MAX_TAGS", 10)
     reg = registry.Registry(registry.parse_ref(f"{REF}-pages{RUN}:x"))
     config = reg.upload(b"{}")

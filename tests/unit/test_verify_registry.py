@@ -496,49 +496,84 @@ def test_the_rollback_check_compares_a_tag_with_the_newer_builds_of_its_own_line
     assert verify.newer_builds("0.1-cu100", tags) == []
 
 
-def _tag_list(tags: list[str], honour_last: bool = True, honour_n: bool = True):
-    """A tag list API over `tags`: in lexical order, `n` per page from after `last`, as the spec has it; or,
-    like Debian's docker-registry, every tag in one page in the order given."""
+def _tag_list(tags: list[str], honour_last: bool = True, honour_n: bool = True, per_page: int = 10**9, zot: bool = False):
+    """A tag list API over `tags`: in lexical order, `n` (at most `per_page`) per page from after `last`, with a
+    Link to the next page while more remain, as the spec has it; or, like Debian's docker-registry, every tag in
+    one page in the order given, no Link. `zot`: a 404 for a `last` that is no tag, as zot answers."""
 
     def answer(handler):
         query = parse_qs(urlparse(handler.path).query)
         after = query.get("last", [""])[0] if honour_last else ""
-        page = [t for t in sorted(tags) if t > after][: int(query["n"][0])] if honour_n else tags
-        _json(handler, {"name": REPO, "tags": page})
+        if zot and after and after not in tags:
+            return _unauthorized_like(handler, 404)
+        ordered = [t for t in sorted(tags) if t > after]
+        page = ordered[: min(int(query["n"][0]), per_page)] if honour_n else tags
+        data = json.dumps({"name": REPO, "tags": page}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if honour_n and len(page) < len(ordered):
+            handler.send_header("Link", f'</v2/{REPO}/tags/list?n={query["n"][0]}&last={page[-1]}>; rel="next"')
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
 
     return answer
+
+
+def _unauthorized_like(handler, status: int):
+    handler.send_response(status)
+    handler.send_header("Content-Length", "0")
+    handler.end_headers()
 
 
 def listing_requests(server: Server) -> list[str]:
     return [path for method, path, _ in server.seen if method == "GET" and "/tags/list" in path]
 
 
-def test_the_newer_build_of_a_line_is_found_among_thousands_of_tags_that_sort_before_it(server):
-    """A repository of 3,000 tags (a year of nightlies beside it): the line's newer build sorts past the first
-    page, and the list is read from the line's own tag on (the CI registry crossed 1,000 tags and hid it)."""
-    stem = "2.9.0-cu128-py3.12"
-    own, newer = f"{stem}-20261201-aaaaaaa", f"{stem}-20261205-bbbbbbb"
-    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list([f"1.{i:04d}-nightly" for i in range(3000)] + [own, newer])
+STEM = "2.9.0-cu128-py3.12"
+OWN, NEWER = f"{STEM}-20261201-aaaaaaa", f"{STEM}-20261205-bbbbbbb"
+NIGHTLIES = [f"1.{i:04d}-nightly" for i in range(3000)]  # a year of another repository's tags, sorting before the line
+
+
+@pytest.fixture
+def tags_of(server):
+    """tags_of(handler) -> the line's newer builds verify finds behind that tag list API."""
     client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:x"))
-    assert verify.newer_builds(own, verify.line_tags(client, own)) == [newer]
-    assert listing_requests(server) == [f"/v2/{REPO}/tags/list?n={registry.MAX_TAGS}&last={stem}-20261201"]
-    server.seen.clear()
-    nightlies = [f"1.{i:04d}-nightly" for i in range(3000)]
-    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list(nightlies[:2000] + [newer] + nightlies[2000:] + [own], honour_n=False)
-    assert verify.newer_builds(own, verify.line_tags(client, own)) == [newer]  # all at once, unordered: all read
+
+    def found(answer) -> list[str]:
+        server.routes[f"/v2/{REPO}/tags/list"] = answer
+        server.seen.clear()
+        return verify.newer_builds(OWN, verify.line_tags(client, OWN))
+
+    return found
+
+
+def test_the_newer_build_of_a_line_is_found_among_thousands_of_tags_that_sort_before_it(server, tags_of):
+    """A repository of 3,000 other tags: the list read from the line's own tag on (the CI registry crossed
+    1,000 tags and its first 1,000 hid the newer build); sent all at once, unordered, all of it read; from
+    zot, which refuses a `last` that is no tag, from the first tag on, page by page."""
+    assert tags_of(_tag_list(NIGHTLIES + [OWN, NEWER])) == [NEWER]
+    assert listing_requests(server) == [f"/v2/{REPO}/tags/list?n={registry.MAX_TAGS}&last={STEM}-20261201"]
+    assert tags_of(_tag_list(NIGHTLIES[:2000] + [NEWER] + NIGHTLIES[2000:] + [OWN], honour_n=False)) == [NEWER]
     assert len(listing_requests(server)) == 1
+    assert tags_of(_tag_list(NIGHTLIES + [OWN, NEWER], zot=True)) == [NEWER]
+    assert len(listing_requests(server)) == 1 + 4  # the refused `last`, then 1,000 a page from the first
 
 
-def test_a_tag_list_that_ignores_last_or_never_ends_is_read_a_bounded_number_of_pages(server):
-    stem = "2.9.0-cu128-py3.12"
-    own = f"{stem}-20261201-aaaaaaa"
-    client = registry.Registry(registry.parse_ref(f"{server.host}/{REPO}:x"))
-    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list(
-        ["1.0-nightly"] + [f"{stem}-2027{i:04d}-aaaaaaa" for i in range(3000)], honour_last=False
-    )
-    verify.line_tags(client, own)
-    assert len(listing_requests(server)) == 1  # a page from the start again is not asked for
-    server.seen.clear()
-    server.routes[f"/v2/{REPO}/tags/list"] = _tag_list([f"{stem}-3{i:07d}-aaaaaaa" for i in range(20_000)])
-    assert len(verify.line_tags(client, own)) == registry.MAX_TAG_PAGES * registry.MAX_TAGS
+def test_a_registry_that_pages_below_n_is_followed_by_its_links_to_the_newest_build(server, tags_of):
+    """distribution's `maxtags`: pages of 100 whatever `n` asks, the Link says more follow."""
+    builds = [f"{STEM}-2027{m:02d}{d:02d}-aaaaaaa" for m in range(1, 13) for d in range(1, 29)]  # 336 newer
+    assert tags_of(_tag_list([*NIGHTLIES, OWN, *builds], per_page=100))[0] == builds[-1]
+    assert len(listing_requests(server)) == 4
+
+
+def test_a_tag_list_that_ignores_last_or_never_ends_is_refused_not_read_in_part(server, tags_of):
+    """Either would leave the newest builds unread: verify refuses in one line, after a bounded number of pages."""
+    paged_from_the_start = _tag_list(["1.0-nightly"] + [f"{STEM}-2027{i:04d}-aaaaaaa" for i in range(3000)], honour_last=False)
+    with pytest.raises(NotVerified, match="ignores `last`"):
+        tags_of(paged_from_the_start)
+    assert len(listing_requests(server)) == 1
+    with pytest.raises(NotVerified, match=f"more than {registry.MAX_TAG_PAGES * registry.MAX_TAGS:,} tags"):
+        tags_of(_tag_list([f"{STEM}-3{i:07d}-aaaaaaa" for i in range(registry.MAX_TAG_PAGES * registry.MAX_TAGS + 1)]))
     assert len(listing_requests(server)) == registry.MAX_TAG_PAGES
+    assert tags_of(_tag_list(["1.0-nightly", OWN, NEWER], honour_last=False)) == [NEWER]  # one page: all there is
