@@ -253,6 +253,12 @@ class Verifier:
             )
         return summary(digest, runset)
 
+    def check_index(self, digest: str, label: str, asked: registry.ImageRef | None) -> dict:
+        """An index's own statements judged (its children are checked one by one, as images)."""
+        runset = self.signed_statements(digest, INDEX_KINDS, label)
+        self.judge(runset, label, asked, index=True)
+        return summary(digest, runset)
+
     def judge_rollback(self, record: dict, ref: registry.ImageRef, index: bool = False) -> None:
         """A moving tag names the newest signed build of its line: refuse it when an immutable tag of the same
         line, flavor, architecture and torch build with a later date names another digest (an image, or for a
@@ -267,12 +273,7 @@ class Verifier:
                 continue
             label = f"{ref} (newer {tag})"
             try:
-                if index:
-                    runset = self.signed_statements(found[2], INDEX_KINDS, label)
-                    self.judge(runset, label, None, index=True)
-                    other = summary(found[2], runset)
-                else:
-                    other = self.check_image(found[2], found[0], label, None)
+                other = self.check_index(found[2], label, None) if index else self.check_image(found[2], found[0], label, None)
             except NotVerified:
                 continue  # not a newer *signed* build
             if other["signed_at"] > record["signed_at"]:  # TIME_FORMAT is fixed-width UTC: as text, as in time
@@ -368,10 +369,8 @@ def verify(
     }
     if media in registry.INDEXES:
         label = f"{ref} (index)"
-        runset = checker.signed_statements(digest, INDEX_KINDS, label)
-        checker.judge(runset, label, ref, index=True)
-        record["index"] = summary(digest, runset)
-        vouched = set(runset["test-result"].vouched)
+        record["index"] = checker.check_index(digest, label, ref)
+        vouched = set(record["index"]["test_result"]["vouched"])
         for name, child in registry.index_images(body, f"{ref}'s index"):
             child_found = client.manifest(child["digest"])
             if child_found is None:
