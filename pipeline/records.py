@@ -359,7 +359,7 @@ def bind(pushed: Registered, report: Report, facts: Facts, later: Proof | None, 
         raise NotVerified(f"sign refused: the run's facts name line {facts.line}, its report {report.line}")
     validation_file = report.folder / VALIDATION
     validation = _stamped(validation_file, "validation record", pushed.validation_sha256)
-    if pushed.validation_sha256 is None or validation is None:
+    if validation is None:  # no label (None) matches no bytes' hash either
         raise NotVerified(
             f"sign refused: {validation_file} is not the validation record {digest[:19]}… was stamped with (its config's "
             "label names another, or none): an edited record, or an image this pipeline did not stamp"
