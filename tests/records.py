@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 from common.rules import CHECK_NEEDS_GPU
+from pipeline.variants import load_matrix, resolve
+
+LINE = resolve(load_matrix(), load_matrix().default_cuda).name  # the default line, read from the matrix
 
 
-def validation(gpu: bool = False, ok: bool = True, emulated: bool = False, line: str = "2.9-cu128") -> dict:
+def validation(gpu: bool = False, ok: bool = True, emulated: bool = False, line: str = LINE) -> dict:
     """A validation record shaped like Validation.as_dict() of a CPU-only or a GPU proof."""
     gpu_status = "pass" if gpu else "skip"
     return {
@@ -66,7 +69,7 @@ def build_request(**settings):
     return Request(matrix=matrix, variant=resolve(matrix, None), push=True, **settings), facts
 
 
-def proof_record(gpu: bool = True, ok: bool = True, line: str = "2.9-cu128") -> dict:
+def proof_record(gpu: bool = True, ok: bool = True, line: str = LINE) -> dict:
     """A proof.json as `proof --out` writes it (smoke/proof.py's record), on a GPU host or the CPU."""
     record = validation(gpu=gpu, ok=ok, line=line)
     return {
@@ -88,7 +91,7 @@ VALIDATED_ID = "sha256:" + "f" * 64  # the image a test folder's validation "ran
 def validation_files(
     folder: Path,
     *,
-    line: str = "2.9-cu128",
+    line: str = LINE,
     platform: str = "linux/amd64",
     record: dict | None = None,
     components: tuple[str, ...] = ("pkg:pypi/tiny@1.0",),
@@ -128,8 +131,8 @@ def run_folder(
     ref: str,
     digest: str,
     image_id: str,
-    line: str = "2.9-cu128",
-    tags: tuple[str, ...] = ("2.9-cu128",),
+    line: str = LINE,
+    tags: tuple[str, ...] = (LINE,),
     platform: str = "linux/amd64",
     record: dict | None = None,
     components: tuple[str, ...] = ("pkg:pypi/tiny@1.0",),

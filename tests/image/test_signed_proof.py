@@ -330,7 +330,7 @@ def test_a_moving_tag_moved_back_to_an_older_signed_digest_is_refused(docker, si
 def test_a_multi_arch_tag_moved_back_to_an_older_signed_index_is_refused(sign_keys, tiny, tmp_path):
     """The rollback check for a multi-arch line, whose moving tag names an index: moved back to an older signed
     index, verify names the newer one (it skipped indexes: the multi-arch lines' moving tags had no such check)."""
-    stem, moving = f"rbx{RUN}-0.1.0-cu100-py3.0", f"2.11-cu130-rb{RUN}"
+    stem, moving = f"rbx{RUN}-0.1.0-cu100-py3.0", f"multi-arch-rb{RUN}"
     builds = {}
     for date, rev, clock in (("20261201", "aaaaaaa", "-4d"), ("20261205", "bbbbbbb", "+0")):
         immutable, folder = f"{stem}-{date}-{rev}", tmp_path / date

@@ -21,11 +21,11 @@ import pytest
 from pipeline import registry, statements
 from pipeline.signing import SignRequest, sign_command
 from tests.crafted_registry import REPO, Server
-from tests.records import run_folder, stamp_label, validation, validation_files
+from tests.records import LINE, run_folder, stamp_label, validation, validation_files
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]  # a reader left waiting on the pipe fails, never hangs
 
-TAG = "2.9-cu128"
+TAG = LINE  # the default line: the records' own
 
 
 class Swapped:
@@ -175,13 +175,13 @@ def test_a_run_file_that_is_a_folder_a_link_or_missing_is_one_line_exit_2(tmp_pa
 @pytest.mark.parametrize(
     ("edit", "proof_line"),
     [
-        ({"line": "2.11-cu130", "tags": [TAG, "2.11-cu130"]}, "2.11-cu130"),  # another line, its proof written to match
+        ({"line": "0.2-cu100", "tags": [TAG, "0.2-cu100"]}, "0.2-cu100"),  # another line, its proof written to match
         ({"platform": "linux/arm64", "tags": [f"{TAG}-arm64"]}, TAG),  # another architecture
     ],
 )
 def test_a_report_edited_to_name_another_line_or_platform_than_the_stamped_record_is_refused(server, tmp_path, edit, proof_line):
     """The report and facts are the caller's files, and so is a later proof: only the stamped validation
-    record says which line and platform ran. Before, a 2.9-cu128 image signed as 2.11-cu130 (or as arm64)."""
+    record says which line and platform ran. Before, an image of one line signed as another line's (or as arm64)."""
     from pipeline.errors import NotVerified
     from tests.records import proof_folder
 

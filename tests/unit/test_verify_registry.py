@@ -530,9 +530,9 @@ def listing_requests(server: Server) -> list[str]:
     return [path for method, path, _ in server.seen if method == "GET" and "/tags/list" in path]
 
 
-STEM = "2.9.0-cu128-py3.12"
+STEM = "0.1.0-cu100-py3.0"
 OWN, NEWER = f"{STEM}-20261201-aaaaaaa", f"{STEM}-20261205-bbbbbbb"
-NIGHTLIES = [f"1.{i:04d}-nightly" for i in range(3000)]  # a year of another repository's tags, sorting before the line
+NIGHTLIES = [f"0.0.{i:04d}-nightly" for i in range(3000)]  # a year of another repository's tags, sorting before the line
 
 
 @pytest.fixture
@@ -569,11 +569,11 @@ def test_a_registry_that_pages_below_n_is_followed_by_its_links_to_the_newest_bu
 
 def test_a_tag_list_that_ignores_last_or_never_ends_is_refused_not_read_in_part(server, tags_of):
     """Either would leave the newest builds unread: verify refuses in one line, after a bounded number of pages."""
-    paged_from_the_start = _tag_list(["1.0-nightly"] + [f"{STEM}-2027{i:04d}-aaaaaaa" for i in range(3000)], honour_last=False)
+    paged_from_the_start = _tag_list(["0.0-nightly"] + [f"{STEM}-2027{i:04d}-aaaaaaa" for i in range(3000)], honour_last=False)
     with pytest.raises(NotVerified, match="ignores `last`"):
         tags_of(paged_from_the_start)
     assert len(listing_requests(server)) == 1
     with pytest.raises(NotVerified, match=f"more than {registry.MAX_TAG_PAGES * registry.MAX_TAGS:,} tags"):
         tags_of(_tag_list([f"{STEM}-3{i:07d}-aaaaaaa" for i in range(registry.MAX_TAG_PAGES * registry.MAX_TAGS + 1)]))
     assert len(listing_requests(server)) == registry.MAX_TAG_PAGES
-    assert tags_of(_tag_list(["1.0-nightly", OWN, NEWER], honour_last=False)) == [NEWER]  # one page: all there is
+    assert tags_of(_tag_list(["0.0-nightly", OWN, NEWER], honour_last=False)) == [NEWER]  # one page: all there is
