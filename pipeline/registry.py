@@ -314,7 +314,7 @@ class Registry:
         if self.authorization and _netloc(url) == self.own:
             headers["Authorization"] = self.authorization
         kwargs.setdefault("timeout", self._timeout(what))
-        kwargs.setdefault("stream", True)  # no body read unless asked for, and then bounded (bounded)
+        kwargs.setdefault("stream", True)  # no body read unless asked for, and then within its bounds (bounded)
         # requests drops Authorization when a redirect leaves the host (Session.rebuild_auth)
         return self.session.request(method, url, headers=headers, allow_redirects=method in ("GET", "HEAD"), **kwargs)
 
