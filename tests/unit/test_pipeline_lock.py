@@ -176,27 +176,18 @@ def test_a_multi_arch_lines_architectures_pin_the_same_versions(matrix):
         ({"info": {"version": "2.0", "requires_dist": [{"numpy": "<2"}]}}, None),
     ],
 )
-def test_pypis_answer_of_another_shape_is_could_not_ask_not_a_traceback(pypi, answer, read):
+def test_pypis_answer_of_another_shape_is_could_not_ask_not_a_traceback(server, answer, read):
     """`build.py lock` asks PyPI whether an [overrides] entry is still needed: an answer it cannot read is
     "could not ask PyPI", never a traceback (a real HTTP server on 127.0.0.1 plays PyPI)."""
     import json
 
     from pipeline.lock import pypi_requires
 
-    pypi.routes["/torch/json"] = (200, {"Content-Type": "application/json"}, json.dumps(answer).encode())
-    assert pypi_requires("torch", f"http://{pypi.host}") == read
+    server.routes["/torch/json"] = (200, {"Content-Type": "application/json"}, json.dumps(answer).encode())
+    assert pypi_requires("torch", f"http://{server.host}") == read
 
 
-@pytest.fixture
-def pypi():
-    from tests.crafted_registry import Server
-
-    server = Server()
-    yield server
-    server.shutdown()
-
-
-def test_a_hostile_pypi_answer_is_could_not_ask_within_its_bounds(pypi, monkeypatch):
+def test_a_hostile_pypi_answer_is_could_not_ask_within_its_bounds(server, monkeypatch):
     """The answer crosses a TLS-intercepting proxy: one too large, one nested too deep and one that drips are
     each "could not ask PyPI" (None), read no further than PYPI_ANSWER bytes and within its deadline."""
     import time
@@ -205,11 +196,11 @@ def test_a_hostile_pypi_answer_is_could_not_ask_within_its_bounds(pypi, monkeypa
     from pipeline import lock
     from tests.crafted_registry import drip
 
-    index = f"http://{pypi.host}"
+    index = f"http://{server.host}"
     huge = b'{"info": {"version": "1", "requires_dist": ["' + b"a" * lock.PYPI_ANSWER + b'"]}}'
-    pypi.routes["/huge/json"] = (200, {"Content-Type": "application/json"}, huge)
-    pypi.routes["/deep/json"] = (200, {"Content-Type": "application/json"}, b"[" * 100_000 + b"]" * 100_000)
-    pypi.routes["/drip/json"] = drip("application/json", b" ", 0.05, 400)
+    server.routes["/huge/json"] = (200, {"Content-Type": "application/json"}, huge)
+    server.routes["/deep/json"] = (200, {"Content-Type": "application/json"}, b"[" * 100_000 + b"]" * 100_000)
+    server.routes["/drip/json"] = drip("application/json", b" ", 0.05, 400)
     monkeypatch.setitem(deadlines.DEADLINES, "pypi answer", 1)
     assert lock.pypi_requires("huge", index) is None and lock.pypi_requires("deep", index) is None
     started = time.monotonic()

@@ -71,13 +71,6 @@ class Swapped:
             os.close(reader)
 
 
-@pytest.fixture
-def server():
-    crafted = Server()
-    yield crafted
-    crafted.shutdown()
-
-
 def pushed_build(server: Server, folder: Path) -> tuple[Path, str]:
     """A CPU-only build pushed to the crafted registry, stamped with its validation record's hash: its
     report.json and digest."""

@@ -30,13 +30,6 @@ pytestmark = pytest.mark.unit
 Answer = tuple[int, dict, bytes]
 
 
-@pytest.fixture
-def server():
-    crafted = Server()
-    yield crafted
-    crafted.shutdown()
-
-
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     private, public, _ = attest.keygen(tmp_path_factory.mktemp("keys") / "k")
