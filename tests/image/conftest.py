@@ -86,6 +86,15 @@ RESTRICTED = dict(user="4321:0", read_only=True, cap_drop=["ALL"], security_opt=
 EXEC_TMP = {"/tmp": "exec"}  # Docker's --tmpfs is noexec unless told; a Kubernetes emptyDir is not
 
 
+def opened(digest: str, ref: str, public_path) -> list[dict]:
+    """The statements about `digest` whose signature the public key verifies, as JSON."""
+    from pipeline import attest, referrers, registry
+
+    key = attest.load_public_key(public_path)
+    client = registry.Registry(registry.parse_ref(f"{ref}@{digest}"))
+    return [json.loads(attest.open_envelope(json.loads(e), key, "test")) for e in referrers.envelopes_about(client, digest)]
+
+
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     """A key pair the container authorizes, one it does not, and a known_hosts file of the test's own."""

@@ -32,7 +32,7 @@ from pipeline.records import Facts
 from pipeline.signing import SignRequest, image_statements, index_statements, sign_command, sign_digest
 from pipeline.statements import PREDICATES, Subject
 from pipeline.variants import AMD64, ARM64, REPO_ROOT, arch
-from tests.image.conftest import REGISTRY
+from tests.image.conftest import REGISTRY, opened
 from tests.image.tiny_images import build_tiny
 from tests.records import proof_folder, proof_record, run_folder, signable, stamp_label, validation, validation_files
 from tests.signer_clock import signer_clock
@@ -61,13 +61,6 @@ def refused(done: subprocess.CompletedProcess, code: int, *phrases: str) -> str:
     for phrase in phrases:
         assert phrase in lines[0], lines[0]
     return lines[0]
-
-
-def opened(digest: str, ref: str, public_path) -> list[dict]:
-    """The statements about `digest` whose signature the public key verifies, as JSON."""
-    key = attest.load_public_key(public_path)
-    client = registry.Registry(registry.parse_ref(f"{ref}@{digest}"))
-    return [json.loads(attest.open_envelope(json.loads(e), key, "test")) for e in referrers.envelopes_about(client, digest)]
 
 
 # --------------------------------------------------------------------------- the pipeline's own signed push
