@@ -189,7 +189,7 @@ def test_pypis_answer_of_another_shape_is_could_not_ask_not_a_traceback(server, 
 
 def test_a_hostile_pypi_answer_is_could_not_ask_within_its_bounds(server, monkeypatch):
     """The answer crosses a TLS-intercepting proxy: one too large, one nested too deep and one that drips are
-    each "could not ask PyPI" (None), read no further than PYPI_ANSWER bytes and within its deadline."""
+    each "could not ask PyPI" (None): the large one refused past PYPI_ANSWER bytes, the drip within its deadline."""
     import time
 
     from common import deadlines
